@@ -1,0 +1,39 @@
+# palrp-bench: every target creates/reuses the virtualenv $(VENV) first.
+VENV ?= .venv
+PYTHON ?= python3
+# torch comes first so pip never pulls a different build; override on GPU machines, e.g.
+#   make setup TORCH_SPEC="torch torchvision --index-url <your wheel index>"
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.palrp-installed
+
+.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e ".[quant,slurm,dev]"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/palrp-bench
+
+smoke: test demo
+
+report: setup
+	$(VENV)/bin/palrp-bench-report
+
+table1 table2 table3 table4 table5 appendix_f: setup
+	$(VENV)/bin/palrp-bench +experiment=$@
+
+bench: setup
+	$(PY) scripts/bench_attribution.py
+
+clean:
+	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,28 @@
+"""User-facing errors.
+
+Every problem a user can cause (unknown model, missing dataset file, over-long sequence, ...) is raised as a
+:class:`PalrpError` whose message is one line naming the problem and the fix. The CLI prints that line and
+exits non-zero instead of showing a traceback.
+"""
+from __future__ import annotations
+
+
+class PalrpError(Exception):
+    """A clear, one-line, user-facing error: ``problem -- fix``."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(problem if fix is None else f"{problem} -- {fix}")
+
+
+class UnsupportedModelError(PalrpError, TypeError):
+    """The model object is not an architecture palrp-bench has an LRP twin for."""
+
+
+class BadInputError(PalrpError, ValueError):
+    """An argument or input tensor is malformed (empty text, too long, wrong shape, bad target, ...)."""
+
+
+class MissingDataError(PalrpError, FileNotFoundError):
+    """A dataset or checkpoint file is missing or cannot be read."""

@@ -1,0 +1,81 @@
+"""Composites: named sets of rules (which rule goes where), in the spirit of Zennit.
+
+A composite is pure data; the model twins (``palrp_bench/models``) read it when they build their LRP-aware
+forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
+
+* ``attnlrp``   -- AttnLRP (Achtibat et al. 2024): identity on activations and norms, uniform rule on every
+  product (gate*up, q*cos, Q K^T, A V), softmax rule, epsilon (eps -> 0) on linears.
+* ``cp_lrp``    -- Conservative propagation (Ali et al. 2022): attention weights and activation gates are
+  constants, so all relevance flows along the value path; conserves exactly with zero biases.
+* ``grad_x_input`` -- plain Gradient x Input (no modification anywhere): the cost floor in benchmarks.
+* ``official_vit`` -- the vision composite of the official PA-LRP code (PROTOCOL.md section 1): gamma rule on
+  the head and MLP linears (gamma=0.05) and on the patch-embedding conv (gamma=100), epsilon on the attention
+  projections, std-constant LayerNorm, identity GELU, only the value path inside attention with half of the
+  attention-branch relevance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import BadInputError
+
+
+@dataclass(frozen=True)
+class Composite:
+    """Which LRP rule applies to which kind of operation.
+
+    Attributes mirror the rule functions in :mod:`palrp_bench.lrp.rules`:
+
+    * ``activation``: ``identity`` | ``gradient`` | ``constant``
+    * ``norm``: ``identity`` | ``gradient``
+    * ``product``: ``uniform`` | ``gradient`` (elementwise products: gate*up, q*cos, rot(q)*sin)
+    * ``attn_weights_share`` / ``attn_value_share``: split of the relevance of ``A @ V``
+    * ``attn_qk_share``: split of the relevance of ``Q K^T`` (to each of Q and K)
+    * ``linear_gamma``: gamma of the generalised gamma rule per linear-layer role (vision only; an empty
+      mapping means the epsilon rule, i.e. plain gradient, everywhere)
+    """
+
+    name: str
+    activation: str = "identity"
+    norm: str = "identity"
+    product: str = "uniform"
+    attn_weights_share: float = 0.5
+    attn_value_share: float = 0.5
+    attn_qk_share: float = 0.5
+    linear_gamma: dict = field(default_factory=dict)
+
+    def __hash__(self):  # dict field: hash by name (composites are registered by unique name)
+        return hash(self.name)
+
+    def gamma_for(self, role: str) -> float | None:
+        """Gamma for a linear layer role (``head``, ``mlp``, ``patch_embed``, ...), or None for epsilon."""
+        return self.linear_gamma.get(role)
+
+
+ATTNLRP = Composite("attnlrp")
+CP_LRP = Composite("cp_lrp", activation="constant", norm="identity", product="uniform",
+                   attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5)
+GRAD_X_INPUT = Composite("grad_x_input", activation="gradient", norm="gradient", product="gradient",
+                         attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0)
+OFFICIAL_VIT = Composite("official_vit", activation="identity", norm="identity", product="uniform",
+                         attn_weights_share=0.0, attn_value_share=0.5, attn_qk_share=0.5,
+                         linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})
+
+COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT)}
+
+
+def register_composite(composite: Composite) -> Composite:
+    """Add a composite to the registry (a new rule set is a few lines)."""
+    COMPOSITES[composite.name] = composite
+    return composite
+
+
+def get_composite(name_or_composite: str | Composite) -> Composite:
+    """Look a composite up by name; a :class:`Composite` passes through."""
+    if isinstance(name_or_composite, Composite):
+        return name_or_composite
+    try:
+        return COMPOSITES[name_or_composite]
+    except KeyError:
+        raise BadInputError(f"unknown rules {name_or_composite!r}",
+                            f"use one of: {', '.join(sorted(COMPOSITES))}") from None

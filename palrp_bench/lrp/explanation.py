@@ -1,0 +1,59 @@
+"""The result of one explanation: what ``palrp_bench.explain`` returns (PROTOCOL.md section 1)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Explanation:
+    """Per-sample relevance of one batch under one method.
+
+    Language models (LLaMA family, RoPE):
+
+    * ``scores``     ``[B, T]`` final per-token scores of the method (PROTOCOL.md section 1 aggregation).
+    * ``semantic``   ``[B, T]`` signed semantic relevance ``sum_d R(E_i)[d]`` of the pass the method uses.
+    * ``positional`` ``[B, L, 2, T]`` signed positional relevance per layer ``L``, with ``[:, :, 0]`` the cos
+      sink and ``[:, :, 1]`` the sin sink, summed over head dims, heads, and the q and k sides. All zeros for
+      methods whose pass keeps cos/sin constant (attnlrp, cp_lrp, grad_x_input).
+
+    Vision transformers (DeiT, learned PE):
+
+    * ``scores``     ``[B, H, W]`` final pixel map (ReLU'd as the method prescribes).
+    * ``semantic``   ``[B, H, W]`` signed semantic pixel relevance (patch-embedding input summed over RGB).
+    * ``positional`` ``[B, Hp, Wp]`` signed per-patch positional relevance ``sum_d R(P)[p, d]`` (CLS dropped).
+    * ``extras["cls_semantic"]``, ``extras["cls_positional"]`` ``[B]``: the CLS (and distillation) terms the
+      official aggregation drops (Appendix F shares can be computed with and without them).
+
+    Common: ``logit`` ``[B]`` the explained logit value, ``target`` ``[B]`` the explained index.
+    """
+
+    scores: torch.Tensor
+    semantic: torch.Tensor
+    positional: torch.Tensor
+    logit: torch.Tensor
+    target: torch.Tensor
+    method: str
+    rules: str
+    aggregation: str
+    attention_mask: torch.Tensor | None = None
+    extras: dict = field(default_factory=dict)
+
+    def to(self, device) -> "Explanation":
+        """Move every tensor to ``device`` (e.g. "cpu" before storing results)."""
+        def mv(x):
+            return x.to(device) if isinstance(x, torch.Tensor) else x
+        return Explanation(mv(self.scores), mv(self.semantic), mv(self.positional), mv(self.logit),
+                           mv(self.target), self.method, self.rules, self.aggregation, mv(self.attention_mask),
+                           {k: mv(v) for k, v in self.extras.items()})
+
+    def __getitem__(self, index) -> "Explanation":
+        """Select samples of the batch (``rel[0]``, ``rel[mask]``); keeps the batch dimension for ints."""
+        if isinstance(index, int):
+            index = slice(index, index + 1)
+        def sel(x):
+            return x[index] if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+        return Explanation(sel(self.scores), sel(self.semantic), sel(self.positional), sel(self.logit),
+                           sel(self.target), self.method, self.rules, self.aggregation, sel(self.attention_mask),
+                           {k: sel(v) for k, v in self.extras.items()})

@@ -1,0 +1,237 @@
+"""LRP rules written as forward-identical modifications of the backward pass (DESIGN.md, first table).
+
+Every rule here leaves the forward *value* unchanged (up to float rounding) and modifies only the gradient,
+so that after one backward pass from the explained logit the relevance of ANY tensor ``a`` on the path is
+``a * a.grad`` (seed paper "A Close Look at Decomposition-based Attributions for Transformer Language
+Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
+
+| operation                         | rule                           | implemented by                    |
+|-----------------------------------|--------------------------------|-----------------------------------|
+| linear / conv                     | epsilon (eps -> 0)             | plain autograd                    |
+| elementwise nonlinearity f        | identity                       | :func:`activation`                |
+| product of n operands             | uniform 1/n                    | :func:`product`                   |
+| softmax                           | AttnLRP softmax rule           | plain autograd (x * grad IS it)   |
+| LayerNorm / RMSNorm               | identity on the normaliser     | :func:`rms_norm`, :func:`layer_norm` |
+| attention (Q K^T, A V)            | uniform on both matmuls        | :func:`attention`                 |
+| attention in CP-LRP               | value path only                | :func:`attention` with A constant |
+
+The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "scale_grad",
+    "activation",
+    "product",
+    "rms_norm",
+    "layer_norm",
+    "attention",
+    "rotate_half",
+    "AttentionRecorder",
+]
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the incoming gradient is multiplied by a constant factor."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:  # noqa: D401
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.factor, None
+
+
+def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """Return ``x`` unchanged in the forward pass; scale the gradient reaching ``x`` by ``factor``.
+
+    ``factor == 1`` is a no-op and ``factor == 0`` detaches (relevance stops at ``x``).
+    """
+    if factor == 1.0 or not x.requires_grad:
+        return x
+    if factor == 0.0:
+        return x.detach()
+    return _ScaleGrad.apply(x, factor)
+
+
+def activation(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], rule: str) -> torch.Tensor:
+    """Elementwise nonlinearity ``fn(x)`` under an LRP rule.
+
+    * ``"identity"`` (AttnLRP, Eq. 10 of the AttnLRP paper): ``R_x = R_y``; in Gradient x Input form
+      ``y = x * (f(x)/x).detach()``. Where ``x == 0`` the ratio is irrelevant (``f(0) = 0`` for SiLU/GELU) and
+      set to 0 so no NaN appears.
+    * ``"gradient"``: plain autograd (Gradient x Input).
+    * ``"constant"``: ``f(x).detach()`` -- the activation is a constant gate (CP-LRP, Ali et al. 2022); the
+      relevance then flows entirely through the other operand of the following product.
+    """
+    y = fn(x)
+    if rule == "gradient":
+        return y
+    if rule == "constant":
+        return y.detach()
+    if rule == "identity":
+        with torch.no_grad():
+            nonzero = x != 0
+            ratio = torch.where(nonzero, y / torch.where(nonzero, x, torch.ones_like(x)), torch.zeros_like(x))
+        return x * ratio
+    raise ValueError(f"unknown activation rule {rule!r}; expected identity, gradient or constant")
+
+
+def product(*operands: torch.Tensor, rule: str) -> torch.Tensor:
+    """Elementwise product of ``n`` operands.
+
+    ``"uniform"``: the uniform rule (AttnLRP paper Prop. 3.2) gives each operand that carries relevance
+    (``requires_grad``) ``1/n`` of the output relevance, which in Gradient x Input form means scaling each
+    operand's gradient by ``1/n``. Operands that are constants (no grad) receive nothing and do not count,
+    as in the AttnLRP reference implementation. ``"gradient"``: plain product.
+    """
+    if rule not in ("uniform", "gradient"):
+        raise ValueError(f"unknown product rule {rule!r}; expected uniform or gradient")
+    if rule == "uniform":
+        n = sum(1 for t in operands if t.requires_grad)
+        if n > 1:
+            operands = tuple(scale_grad(t, 1.0 / n) for t in operands)
+    out = operands[0]
+    for t in operands[1:]:
+        out = out * t
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str) -> torch.Tensor:
+    """LLaMA RMSNorm, computed as Hugging Face does (float32 statistics, cast back, then weight).
+
+    ``"identity"``: the normaliser ``rsqrt(mean(x^2) + eps)`` is a constant (AttnLRP paper section 3.3.3), so
+    relevance passes through unchanged up to the (linear) weight. ``"gradient"``: plain autograd.
+    """
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    inv = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if rule == "identity":
+        inv = inv.detach()
+    elif rule != "gradient":
+        raise ValueError(f"unknown norm rule {rule!r}; expected identity or gradient")
+    h = (h * inv).to(dtype)
+    return h if weight is None else weight * h
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+               rule: str) -> torch.Tensor:
+    """LayerNorm; under ``"identity"`` the standard deviation is a constant (mean subtraction stays linear)."""
+    if rule == "gradient":
+        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    if rule != "identity":
+        raise ValueError(f"unknown norm rule {rule!r}; expected identity or gradient")
+    centered = x - x.mean(-1, keepdim=True)
+    std = torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + eps).detach()
+    y = centered / std
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE helper: ``cat(-x2, x1)`` (a signed permutation, so relevance passes through unchanged)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class AttentionRecorder:
+    """Collects what the accounting identity needs from the eager attention path.
+
+    For each attention call it keeps the (masked) scores ``S`` and weights ``A`` with ``retain_grad`` so that,
+    after the backward pass, the relevance absorbed by the softmax rule is
+    ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; DESIGN.md).
+    """
+
+    def __init__(self):
+        self.records: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor | None) -> None:
+        scores.retain_grad()
+        weights.retain_grad()
+        self.records.append((scores, weights, valid))
+
+    def absorbed(self) -> torch.Tensor:
+        """Per-sample relevance absorbed by all softmax rules, shape ``[B]``."""
+        total = None
+        for scores, weights, valid in self.records:
+            r_in = weights.double() * _grad_or_zero(weights).double()
+            r_out = scores.double() * _grad_or_zero(scores).double()
+            if valid is not None:
+                r_out = torch.where(valid, r_out, torch.zeros_like(r_out))
+            part = (r_in - r_out).flatten(1).sum(1)
+            total = part if total is None else total + part
+        return total
+
+
+def _grad_or_zero(t: torch.Tensor) -> torch.Tensor:
+    return t.grad if t.grad is not None else torch.zeros_like(t)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None, causal: bool,
+              scale: float, weights_share: float, value_share: float, qk_share: float,
+              implementation: str = "sdpa", recorder: AttentionRecorder | None = None) -> torch.Tensor:
+    """Scaled dot-product attention ``softmax(Q K^T * scale + mask) V`` under LRP rules.
+
+    The relevance split is given by three shares (DESIGN.md "Consequences"):
+
+    * ``weights_share`` / ``value_share``: how the relevance of ``A @ V`` is split between the attention
+      weights ``A`` and the values ``V`` (AttnLRP uniform rule: 1/2, 1/2; CP-LRP: 0, 1; official ViT: 0, 1/2).
+    * ``qk_share``: how the relevance of the scores ``Q K^T`` is split between ``Q`` and ``K`` (uniform: 1/2).
+
+    The softmax rule of AttnLRP needs no modification (``x * grad`` of the true softmax is the rule), so on
+    the fused path (``implementation="sdpa"``) it suffices to scale the gradient reaching ``q`` and ``k`` by
+    ``weights_share * qk_share`` and the gradient reaching ``v`` by ``value_share`` and call PyTorch's fused
+    ``scaled_dot_product_attention``: no attention matrix is materialised, memory stays linear in the
+    sequence length. ``implementation="eager"`` builds ``S`` and ``A`` explicitly (same relevance; needed by
+    :class:`AttentionRecorder` for the accounting identity).
+
+    Shapes: ``q`` ``[B, H, T, d]``, ``k``/``v`` ``[B, Hkv, T, d]`` (grouped-query attention when ``Hkv < H``).
+    ``mask``: boolean ``[B, 1, T, T]`` (True = attend) or ``None``; ``causal`` adds the causal constraint.
+    """
+    n_rep = q.shape[1] // k.shape[1]
+    if implementation == "sdpa":
+        qs = scale_grad(q, weights_share * qk_share)
+        ks = scale_grad(k, weights_share * qk_share)
+        vs = scale_grad(v, value_share)
+        attn_mask = mask
+        is_causal = causal and mask is None
+        if causal and mask is not None:
+            attn_mask = mask & _causal_mask(q.shape[2], q.device)
+        return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                              enable_gqa=n_rep > 1)
+    if implementation != "eager":
+        raise ValueError(f"unknown attention implementation {implementation!r}; expected sdpa or eager")
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=1)
+        v = v.repeat_interleave(n_rep, dim=1)
+    qs = scale_grad(q, qk_share)
+    ks = scale_grad(k, qk_share)
+    scores = torch.matmul(qs, ks.transpose(-1, -2)) * scale
+    valid = mask
+    if causal:
+        cm = _causal_mask(q.shape[2], q.device)
+        valid = cm if valid is None else valid & cm
+    if valid is not None:
+        masked = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
+    else:
+        masked = scores
+    weights = torch.softmax(masked.to(torch.float32), dim=-1).to(q.dtype)
+    if recorder is not None:
+        recorder.add(masked, weights, valid)
+    ws = scale_grad(weights, weights_share)
+    vs = scale_grad(v, value_share)
+    return torch.matmul(ws, vs)
+
+
+def _causal_mask(t: int, device) -> torch.Tensor:
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()

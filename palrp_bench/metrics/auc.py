@@ -1,0 +1,56 @@
+"""Area-under-curve conventions shared by every perturbation metric.
+
+PROTOCOL.md section 2 (NLP): trapezoid area over x = 0.0, 0.1, ..., 1.0 (11 points) of the *sample-mean*
+curve (AUAC, AU-MSE). PROTOCOL.md section 3 (vision): trapezoid area over x = 0.1, ..., 0.9 (9 points) of the
+mean curve, reported x100 (so the maximum is 80). The convention (grid, scale) travels with every number
+through :class:`AucConvention` so a report can say exactly what was integrated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AucConvention:
+    """How a curve is integrated: the x grid, and the factor applied to the area."""
+
+    name: str
+    x: tuple[float, ...]
+    scale: float = 1.0
+
+    @property
+    def grid(self) -> np.ndarray:
+        return np.asarray(self.x, dtype=np.float64)
+
+    def describe(self) -> str:
+        return f"{self.name}: trapezoid over x={self.x[0]:g}..{self.x[-1]:g} ({len(self.x)} points) x{self.scale:g}"
+
+
+#: NLP generation / pruning curves, PROTOCOL.md section 2 (fractions 0, 0.1, ..., 1.0).
+NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(np.round(np.linspace(0.0, 1.0, 11), 10)), 1.0)
+#: Vision positive / negative perturbation, PROTOCOL.md section 3 (p = 0.1, ..., 0.9, x100).
+VISION_STEPS = AucConvention("vision_9pt_x100", tuple(np.round(np.linspace(0.1, 0.9, 9), 10)), 100.0)
+
+
+def trapezoid(y: np.ndarray, x: np.ndarray) -> float:
+    """Plain trapezoid rule, identical to ``sklearn.metrics.auc`` for increasing x."""
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    if y.shape != x.shape:
+        raise ValueError(f"curve has {y.shape} points but the grid has {x.shape}")
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2.0))
+
+
+def mean_curve(curves: np.ndarray) -> np.ndarray:
+    """Sample-mean of per-sample curves ``[n, k]`` ignoring NaN entries (``np.nanmean`` as the official code)."""
+    curves = np.asarray(curves, dtype=np.float64)
+    if curves.ndim == 1:
+        return curves
+    return np.nanmean(curves, axis=0)
+
+
+def area_under_mean_curve(curves: np.ndarray, convention: AucConvention) -> float:
+    """Trapezoid area of the sample-mean curve under ``convention`` (scaled)."""
+    return trapezoid(mean_curve(curves), convention.grid) * convention.scale
