@@ -111,7 +111,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str
     relevance passes through unchanged up to the (linear) weight. ``"gradient"``: plain autograd.
     """
     dtype = x.dtype
-    h = x.to(torch.float32)
+    h = x.to(torch.promote_types(dtype, torch.float32))  # HF computes in float32; float64 stays float64
     inv = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     if rule == "identity":
         inv = inv.detach()
@@ -225,7 +225,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         masked = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
     else:
         masked = scores
-    weights = torch.softmax(masked.to(torch.float32), dim=-1).to(q.dtype)
+    # softmax in at least float32 (as Hugging Face's eager attention), float64 stays float64
+    weights = torch.softmax(masked.to(torch.promote_types(q.dtype, torch.float32)), dim=-1).to(q.dtype)
     if recorder is not None:
         recorder.add(masked, weights, valid)
     ws = scale_grad(weights, weights_share)

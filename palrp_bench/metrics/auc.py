@@ -54,3 +54,26 @@ def mean_curve(curves: np.ndarray) -> np.ndarray:
 def area_under_mean_curve(curves: np.ndarray, convention: AucConvention) -> float:
     """Trapezoid area of the sample-mean curve under ``convention`` (scaled)."""
     return trapezoid(mean_curve(curves), convention.grid) * convention.scale
+
+
+def as_curves(curves, convention: AucConvention, name: str = "curves") -> np.ndarray:
+    """Validate per-sample curves for ``convention`` and return them as float64 ``[n, k]``.
+
+    Accepts a numpy array, a torch tensor or nested lists; a single curve ``[k]`` is read as one sample.
+    Raises :class:`~palrp_bench.errors.BadInputError` when there are no samples or the number of points is
+    not the convention's ``k`` (e.g. 9 vision steps given to an 11-point NLP metric).
+    """
+    from ..errors import BadInputError
+
+    if hasattr(curves, "detach"):  # torch tensor, without importing torch here
+        curves = curves.detach().cpu().double().numpy()
+    arr = np.asarray(curves, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    k = len(convention.x)
+    if arr.ndim != 2 or arr.shape[1] != k:
+        raise BadInputError(f"{name} has shape {tuple(np.shape(curves))} but {convention.name} needs [n, {k}]",
+                            f"pass one row of {k} values per sample (x = {convention.x[0]:g}..{convention.x[-1]:g})")
+    if arr.shape[0] == 0:
+        raise BadInputError(f"{name} is empty", "evaluate at least one sample before computing the area")
+    return arr

@@ -1,0 +1,452 @@
+"""NLP token-perturbation protocol of Tables 1-3: generation and pruning curves (PROTOCOL.md section 2).
+
+For every sample, fractions ``f = 0.0, 0.1, ..., 1.0`` (11 steps) of the ``N`` replaceable tokens are perturbed,
+``n = ceil(f * N)``:
+
+* **generation**: start from all-UNK and restore the ``n`` most relevant tokens (signed relevance, descending);
+* **pruning**: replace the ``n`` least relevant tokens by UNK (IMDB: ascending ``|relevance|``; MCQA / Wikipedia:
+  ascending signed relevance).
+
+Per step the tracked class gives AC = softmax probability and MSE = squared change of the logits against the
+unperturbed forward. :data:`TASKS` holds the per-task rules as data (tracked class, pruning key, MSE rule, which
+head the model has, whether the official run was causal).
+
+Every perturbed copy of every sample (11 steps x 2 variants x B samples, plus the unperturbed input; identical
+rows evaluated once) goes through batched forwards of the Hugging Face model, ``batch_size`` rows at a time.
+
+Official-code facts reproduced under ``protocol="official"`` (github.com/YardenBakish/PE-AWARE-LRP, NLP/utils.py
+``flip`` / ``flip_arc`` / ``flip_wiki``), each correction being a named switch that ``protocol="corrected"`` turns on:
+
+* ``exclude_padding`` (IMDB): the official reviews are right-padded to 512 and the pads count in ``N``; they are
+  replaced by UNK like any token (generation starts with them as UNK, pruning replaces them early because their
+  relevance is ~0). Since the classifier pools at the last token whose id differs from the pad id, replacing a
+  pad by UNK moves the pooled position. Corrected: ``N`` counts the non-pad tokens only and pads keep their id.
+  For MCQA / Wikipedia the official code ran unpadded sequences, so positions with ``attention_mask == 0`` are
+  batch padding here and are never counted nor replaced under either protocol.
+* ``keep_bos``: the official code may replace BOS (position 0) like any token. Corrected: BOS stays.
+* ``causal`` (MCQA / Wikipedia): the official ARC and Wikipedia runs reached the attention without a causal mask,
+  i.e. the model attended bidirectionally. ``causal=False`` reproduces it by passing a 4D additive float mask that
+  allows every (query, key) pair among real tokens (verified against the official
+  ``nlp_causal_official_noncausal.npz`` logits); IMDB is always causal.
+* ``restore_id0_tokens``: in generation the official code keeps every position whose original id is 0 (a
+  "set pad tokens" line that assumed pad id 0). A no-op for LLaMA-2 (id 0 is UNK); for LLaMA-3 id 0 is "!".
+
+Kept in both protocols because they define the protocol's numbers rather than being defects:
+
+* ``n = ceil(f * N)`` with ``f`` taken from ``numpy.linspace(0, 1, 11)``; the float fractions 0.3, 0.6 and 0.7
+  are slightly above their decimal value, so ``n`` is one larger whenever ``10 * n`` would be an exact multiple
+  of ``N`` at those steps (e.g. ``N = 10``: 4, 7, 8 tokens at f = 0.3, 0.6, 0.7).
+* Orders come from ``numpy.argsort`` (default kind) on the scores, descending = reversed ascending order; this
+  decides which of several tied tokens (IMDB pads with zero relevance) goes first.
+
+ARC (``flip_arc``) versus Wikipedia (``flip_wiki``): with the published flags (``--pe --single-norm``; neither
+``--should-keep`` nor ``--correct-subset``) both compute the same AC and MSE curves: tracked class = arg-max
+token of the unperturbed last position, pruning by ascending signed relevance, MSE on the tracked logit only,
+``N`` = full length. The differences are confined to paths the published tables did not use: ``should_keep``
+(an immutable LLaMA-2 prompt prefix of 11 and suffix of 19 tokens, ``N`` reduced accordingly),
+``correct_subset`` (softmax over the four answer-letter ids only), the ordering of the LERF side curve, and a
+prompt-format sanity check. ``task="mcqa"`` therefore shares the Wikipedia rules; selecting correctly answered
+questions is the data loader's job.
+
+Results are per-sample numpy float64 curves (see :func:`nlp_perturbation_curves`); AUAC / AU-MSE are the
+trapezoid areas of their sample means (:mod:`palrp_bench.metrics.auc`).
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import BadInputError, UnsupportedModelError
+
+__all__ = [
+    "PerturbationTask",
+    "PerturbationSettings",
+    "TASKS",
+    "VARIANTS",
+    "PROTOCOLS",
+    "OFFICIAL_FRACTIONS",
+    "nlp_perturbation_curves",
+    "resolve_settings",
+    "resolve_unk_id",
+    "tokens_per_step",
+    "perturbation_orders",
+]
+
+#: The 11 fractions exactly as the official code builds them (``np.linspace(0., 1., 11)``; see module docstring).
+OFFICIAL_FRACTIONS: np.ndarray = np.linspace(0.0, 1.0, 11)
+#: Curve variants in the returned dictionary.
+VARIANTS: tuple[str, str] = ("generation", "pruning")
+PROTOCOLS: tuple[str, str] = ("official", "corrected")
+
+
+@dataclass(frozen=True)
+class PerturbationTask:
+    """Per-task rules of PROTOCOL.md section 2.
+
+    * ``head``: ``"classifier"`` (``LlamaForSequenceClassification``: logits ``[B, C]``) or ``"causal_lm"``
+      (``LlamaForCausalLM``: next-token logits read at the last real position).
+    * ``tracked``: ``"label"`` (ground truth, IMDB) or ``"prediction"`` (arg-max of the unperturbed logits).
+    * ``pruning_key``: ``"abs"`` (ascending ``|relevance|``) or ``"signed"`` (ascending relevance).
+    * ``mse_over``: ``"all_logits"`` (sum over every class logit) or ``"tracked_logit"``.
+    * ``official_causal``: whether the official run applied a causal mask.
+    """
+
+    name: str
+    head: Literal["classifier", "causal_lm"]
+    tracked: Literal["label", "prediction"]
+    pruning_key: Literal["abs", "signed"]
+    mse_over: Literal["all_logits", "tracked_logit"]
+    official_causal: bool
+    paper_table: str
+
+
+TASKS: dict[str, PerturbationTask] = {
+    "imdb": PerturbationTask("imdb", "classifier", "label", "abs", "all_logits", True, "Tables 1-2"),
+    "mcqa": PerturbationTask("mcqa", "causal_lm", "prediction", "signed", "tracked_logit", False,
+                             "Table 3 (left, ARC-Easy)"),
+    "wikipedia": PerturbationTask("wikipedia", "causal_lm", "prediction", "signed", "tracked_logit", False,
+                                  "Table 3 (right)"),
+}
+
+
+@dataclass(frozen=True)
+class PerturbationSettings:
+    """The resolved switches of one run (every correction named; all off under ``protocol="official"``)."""
+
+    protocol: str
+    causal: bool
+    exclude_padding: bool
+    keep_bos: bool
+    restore_id0_tokens: bool
+
+
+def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool | None = None,
+                     exclude_padding: bool | None = None, keep_bos: bool | None = None,
+                     restore_id0_tokens: bool | None = None) -> PerturbationSettings:
+    """Fill unset switches from ``protocol`` (official: as the official code ran; corrected: all fixes on)."""
+    if protocol not in PROTOCOLS:
+        raise BadInputError(f"unknown protocol {protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
+    official = protocol == "official"
+    if causal is None:
+        causal = task.official_causal if official else True
+    if task.head == "classifier" and not causal:
+        raise BadInputError(f"causal=False is not defined for task {task.name!r}",
+                            "the sequence classifier always runs causally; drop causal=False")
+    return PerturbationSettings(
+        protocol=protocol,
+        causal=bool(causal),
+        exclude_padding=(not official) if exclude_padding is None else bool(exclude_padding),
+        keep_bos=(not official) if keep_bos is None else bool(keep_bos),
+        restore_id0_tokens=official if restore_id0_tokens is None else bool(restore_id0_tokens),
+    )
+
+
+def resolve_unk_id(unk_id: int | None = None, tokenizer=None) -> int:
+    """The UNK id used for perturbed tokens (PROTOCOL.md section 2).
+
+    ``unk_id`` wins when given; otherwise ``tokenizer.unk_token_id``; a tokenizer without one (LLaMA-3) uses the id
+    of the token ``"#"`` via ``tokenizer.convert_tokens_to_ids("#")``, exactly as the official ARC / Wikipedia
+    scripts set it.
+    """
+    if unk_id is not None:
+        if isinstance(unk_id, bool) or not isinstance(unk_id, (int, np.integer)) or unk_id < 0:
+            raise BadInputError(f"unk_id must be a non-negative token id, got {unk_id!r}",
+                                "pass the tokenizer's unk id (or tokenizer=...)")
+        return int(unk_id)
+    if tokenizer is None:
+        raise BadInputError("no UNK token id: neither unk_id nor tokenizer was given",
+                            "pass unk_id=<id> or tokenizer=<the model's tokenizer>")
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None:
+        return int(unk)
+    hash_id = tokenizer.convert_tokens_to_ids("#")
+    if hash_id is None or (isinstance(hash_id, list)):
+        raise BadInputError("the tokenizer has no unk token and no '#' token",
+                            "pass unk_id=<id> explicitly")
+    return int(hash_id)
+
+
+def tokens_per_step(n_replaceable: int) -> np.ndarray:
+    """``n = ceil(f * N)`` for the 11 official fractions (int64 array of length 11)."""
+    return np.array([int(np.ceil(f * n_replaceable)) for f in OFFICIAL_FRACTIONS], dtype=np.int64)
+
+
+def perturbation_orders(scores: np.ndarray, task: PerturbationTask) -> tuple[np.ndarray, np.ndarray]:
+    """Orders over the replaceable positions of one sample: ``(generation, pruning)``.
+
+    Generation restores in ``argsort(scores)[::-1]`` order (most relevant first, signed); pruning replaces in
+    ``argsort(|scores|)`` (IMDB) or ``argsort(scores)`` (MCQA / Wikipedia) order, least relevant first.
+    """
+    generation = np.argsort(scores)[::-1].copy()
+    key = np.abs(scores) if task.pruning_key == "abs" else scores
+    pruning = np.argsort(key)
+    return generation, pruning
+
+
+# ----------------------------------------------------------------------------------------------- input checks
+
+
+def _as_long_2d(name: str, value, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    tensor = torch.as_tensor(value)
+    if tensor.dim() == 1:
+        tensor = tensor.unsqueeze(0)
+    if tensor.dim() != 2:
+        raise BadInputError(f"{name} must be [batch, tokens], got shape {tuple(tensor.shape)}",
+                            f"pass {name} as a 2D tensor")
+    if shape is not None and tuple(tensor.shape) != shape:
+        raise BadInputError(f"{name} has shape {tuple(tensor.shape)} but input_ids has {shape}",
+                            f"give {name} one entry per input token")
+    return tensor
+
+
+def _per_sample_ints(name: str, value, batch: int) -> torch.Tensor:
+    tensor = torch.as_tensor(value).reshape(-1).long().cpu()
+    if tensor.numel() != batch:
+        raise BadInputError(f"{name} has {tensor.numel()} entries for {batch} samples",
+                            f"pass one {name[:-1] if name.endswith('s') else name} per sample")
+    return tensor
+
+
+def _model_device_and_dtype(model) -> tuple[torch.device, torch.dtype]:
+    embeddings = model.get_input_embeddings()
+    weight = embeddings.weight
+    return weight.device, (weight.dtype if weight.dtype.is_floating_point else torch.float32)
+
+
+def _check_model(model, task: PerturbationTask) -> None:
+    if not callable(getattr(model, "get_input_embeddings", None)):
+        raise UnsupportedModelError(f"{type(model).__name__} is not a Hugging Face model",
+                                    "pass a LlamaForSequenceClassification (imdb) or LlamaForCausalLM (mcqa, wikipedia)")
+    has_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    if task.head == "causal_lm" and not has_keep:
+        raise UnsupportedModelError(f"task {task.name!r} needs a causal LM, got {type(model).__name__}",
+                                    "load the model with AutoModelForCausalLM / LlamaForCausalLM")
+    if task.head == "classifier" and has_keep:
+        raise UnsupportedModelError(f"task 'imdb' needs a sequence classifier, got {type(model).__name__}",
+                                    "load the finetuned LlamaForSequenceClassification")
+    if model.training:
+        raise BadInputError("the model is in training mode (dropout would make the curves random)",
+                            "call model.eval() first")
+
+
+# ------------------------------------------------------------------------------------------- perturbed inputs
+
+
+@dataclass
+class _SamplePlan:
+    """Which rows of the forward batch belong to one sample."""
+
+    original_row: int
+    generation_rows: list[int]
+    pruning_rows: list[int]
+    tracked: int | None
+
+
+def _replaceable_positions(ids: torch.Tensor, real: torch.Tensor, task: PerturbationTask,
+                           settings: PerturbationSettings, index: int, bos_id: int | None) -> np.ndarray:
+    if task.head == "causal_lm" or settings.exclude_padding:
+        keep = real.clone()
+    else:
+        keep = torch.ones_like(real)
+    if settings.keep_bos:
+        if bos_id is not None and int(ids[0]) != bos_id:
+            raise BadInputError(f"keep_bos=True but sample {index} does not start with BOS id {bos_id}",
+                                "tokenize with the BOS token first (as the paper's protocol does)")
+        keep[0] = False
+    positions = torch.nonzero(keep, as_tuple=False).reshape(-1).numpy()
+    if positions.size == 0:
+        raise BadInputError(f"sample {index} has no token that can be perturbed",
+                            "drop empty texts (BOS-only or all-padding rows) before evaluation")
+    return positions
+
+
+def _perturbed_copies(ids: torch.Tensor, positions: np.ndarray, scores: np.ndarray, unk_id: int,
+                      task: PerturbationTask, settings: PerturbationSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[11, T]`` generation inputs and ``[11, T]`` pruning inputs of one sample."""
+    counts = tokens_per_step(len(positions))
+    generation_order, pruning_order = perturbation_orders(scores[positions], task)
+    positions_t = torch.as_tensor(positions, dtype=torch.long)
+    steps = len(counts)
+
+    generation = ids.unsqueeze(0).repeat(steps, 1)
+    generation[:, positions_t] = unk_id
+    if settings.restore_id0_tokens:
+        generation[:, ids == 0] = 0
+    pruning = ids.unsqueeze(0).repeat(steps, 1)
+    for step, n in enumerate(counts):
+        restored = positions_t[torch.as_tensor(generation_order[:n], dtype=torch.long)]
+        generation[step, restored] = ids[restored]
+        replaced = positions_t[torch.as_tensor(pruning_order[:n], dtype=torch.long)]
+        pruning[step, replaced] = unk_id
+    return generation, pruning
+
+
+# ----------------------------------------------------------------------------------------------- forwards
+
+
+def _forward_unique_rows(model, task: PerturbationTask, settings: PerturbationSettings, rows: torch.Tensor,
+                         masks: torch.Tensor, batch_size: int, show_progress: bool) -> torch.Tensor:
+    """Logits (float32, CPU) of the tracked head for every row: ``[R, C]`` or ``[R, V]``.
+
+    Classifier: the model's own pooling (last token whose id differs from the pad id) with the 2D mask.
+    Causal LM: next-token logits at the last real position (right padding); causal runs get the 2D mask,
+    non-causal runs a 4D additive float mask ``[R, 1, T, T]`` that allows every real key.
+    """
+    device, dtype = _model_device_and_dtype(model)
+    outputs = []
+    starts = range(0, rows.shape[0], batch_size)
+    for start in tqdm(starts, desc=f"{task.name} perturbation forwards", leave=False,
+                      disable=not show_progress or len(starts) <= 1):
+        ids = rows[start:start + batch_size]
+        mask = masks[start:start + batch_size]
+        if task.head == "classifier":
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
+            if logits.dim() != 2:
+                raise UnsupportedModelError(f"task 'imdb' expects classifier logits [batch, classes], got "
+                                            f"{tuple(logits.shape)}", "pass a LlamaForSequenceClassification")
+            outputs.append(logits.float().cpu())
+            continue
+        last = mask.sum(dim=1) - 1
+        width = int(last.max()) + 1  # trailing columns that are padding for every row change nothing
+        ids, mask = ids[:, :width], mask[:, :width]
+        if settings.causal:
+            attention = mask.to(device)
+        else:
+            allowed = mask.bool()[:, None, None, :].expand(-1, 1, width, width)
+            attention = torch.zeros(allowed.shape, dtype=dtype, device=device)
+            attention.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
+        keep, where = torch.unique(last, return_inverse=True)
+        logits = model(input_ids=ids.to(device), attention_mask=attention, use_cache=False,
+                       logits_to_keep=keep.to(device)).logits
+        logits = logits[torch.arange(ids.shape[0], device=logits.device), where.to(logits.device)]
+        outputs.append(logits.float().cpu())
+    return torch.cat(outputs, dim=0)
+
+
+def _check_right_padded(real: torch.Tensor, index: int) -> None:
+    if int(real.sum()) == 0:
+        raise BadInputError(f"sample {index} is all padding", "drop empty texts before evaluation")
+    if bool((real[1:] > real[:-1]).any()):
+        raise BadInputError(f"sample {index} is not right-padded (attention_mask has a 0 before a 1)",
+                            "pad on the right (tokenizer.padding_side = 'right')")
+
+
+# ----------------------------------------------------------------------------------------------- public API
+
+
+def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mask=None, labels=None,
+                            unk_id=None, protocol="official", *, predicted=None, causal=None,
+                            exclude_padding=None, keep_bos=None, batch_size=None, tokenizer=None,
+                            restore_id0_tokens=None, show_progress: bool = True) -> dict:
+    """Per-sample generation and pruning curves of PROTOCOL.md section 2 (Tables 1-3).
+
+    Args:
+        model: Hugging Face model in eval mode: ``LlamaForSequenceClassification`` for ``task="imdb"``,
+            ``LlamaForCausalLM`` for ``"mcqa"`` / ``"wikipedia"``.
+        input_ids: ``[B, T]`` token ids (BOS first). IMDB under ``protocol="official"``: padded as the official
+            run (right-padded to 512 with pad = eos), every column counts. MCQA / Wikipedia: right-padded.
+        scores: ``[B, T]`` per-token scores as an explainer returns them (signed; values at padding unused when
+            padding is excluded).
+        task: ``"imdb"``, ``"mcqa"`` or ``"wikipedia"`` (:data:`TASKS`).
+        attention_mask: ``[B, T]`` with 1 for real tokens, 0 for padding (``None``: all real).
+        labels: ``[B]`` gold labels, required for IMDB (the tracked class).
+        unk_id / tokenizer: the UNK id, or a tokenizer to read it from (:func:`resolve_unk_id`).
+        protocol: ``"official"`` or ``"corrected"``: defaults of the switches below.
+        predicted: ``[B]`` tracked token ids for MCQA / Wikipedia (default: arg-max of the unperturbed forward
+            under the same attention, as the official code does). Not allowed for IMDB.
+        causal, exclude_padding, keep_bos, restore_id0_tokens: the corrections (module docstring);
+            ``None`` = the protocol's choice.
+        batch_size: rows (perturbed sequences) per forward; ``None`` = every row of the call in one forward.
+        show_progress: tqdm bar over the forward chunks.
+
+    Returns:
+        ``{"generation": {"ac": A, "mse": M}, "pruning": {"ac": A, "mse": M}}`` with numpy float64 arrays of
+        shape ``[B, 11]``: step ``k`` is fraction ``k / 10`` (:data:`OFFICIAL_FRACTIONS`). Generation step 0 is
+        the all-UNK input and step 10 the original; pruning step 0 is the original.
+    """
+    if task not in TASKS:
+        raise BadInputError(f"unknown perturbation task {task!r}", f"use one of: {', '.join(TASKS)}")
+    spec = TASKS[task]
+    settings = resolve_settings(spec, protocol, causal=causal, exclude_padding=exclude_padding,
+                                keep_bos=keep_bos, restore_id0_tokens=restore_id0_tokens)
+    unk = resolve_unk_id(unk_id, tokenizer)
+    _check_model(model, spec)
+
+    ids = _as_long_2d("input_ids", input_ids).long().cpu()
+    batch, length = ids.shape
+    if batch == 0 or length == 0:
+        raise BadInputError(f"input_ids is empty (shape {tuple(ids.shape)})", "pass at least one non-empty sample")
+    score_t = _as_long_2d("scores", scores, (batch, length)).detach().cpu()
+    if not score_t.dtype.is_floating_point:
+        raise BadInputError(f"scores must be floating point, got {score_t.dtype}", "pass the explainer's scores")
+    if score_t.dtype in (torch.float16, torch.bfloat16):
+        score_t = score_t.float()
+    score_np = score_t.numpy()
+    real = (torch.ones_like(ids, dtype=torch.long) if attention_mask is None
+            else _as_long_2d("attention_mask", attention_mask, (batch, length)).long().cpu())
+    if bool(((real != 0) & (real != 1)).any()):
+        raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
+    if spec.tracked == "label":
+        if labels is None:
+            raise BadInputError("task 'imdb' tracks the gold label but labels=None", "pass labels=[...] per sample")
+        if predicted is not None:
+            raise BadInputError("predicted= is not used by task 'imdb' (it tracks the gold label)",
+                                "drop predicted= or pass labels=")
+        tracked = _per_sample_ints("labels", labels, batch)
+    else:
+        tracked = None if predicted is None else _per_sample_ints("predicted", predicted, batch)
+    if not np.isfinite(score_np[real.bool().numpy()]).all():
+        raise BadInputError("scores contain NaN or inf", "check the explainer output before the perturbation")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise BadInputError(f"batch_size must be a positive int or None, got {batch_size!r}", "e.g. batch_size=32")
+    bos_id = getattr(model.config, "bos_token_id", None)
+
+    # Build every perturbed row; identical (ids, mask) rows are evaluated once.
+    rows: list[torch.Tensor] = []
+    row_masks: list[torch.Tensor] = []
+    plans: list[_SamplePlan] = []
+    for b in range(batch):
+        if spec.head == "causal_lm":
+            _check_right_padded(real[b], b)
+        positions = _replaceable_positions(ids[b], real[b].bool(), spec, settings, b, bos_id)
+        generation, pruning = _perturbed_copies(ids[b], positions, score_np[b], unk, spec, settings)
+        first = len(rows)
+        sample_rows = [ids[b].unsqueeze(0), generation, pruning]
+        rows.extend(torch.cat(sample_rows, dim=0))
+        row_masks.extend(real[b].unsqueeze(0).expand(1 + 2 * len(OFFICIAL_FRACTIONS), -1))
+        steps = len(OFFICIAL_FRACTIONS)
+        plans.append(_SamplePlan(first, list(range(first + 1, first + 1 + steps)),
+                                 list(range(first + 1 + steps, first + 1 + 2 * steps)),
+                                 None if tracked is None else int(tracked[b])))
+    all_rows = torch.stack(rows)
+    all_masks = torch.stack(row_masks)
+    unique, inverse = torch.unique(torch.cat([all_rows, all_masks], dim=1), dim=0, return_inverse=True)
+    unique_rows, unique_masks = unique[:, :length], unique[:, length:]
+    with torch.no_grad():
+        unique_logits = _forward_unique_rows(model, spec, settings, unique_rows, unique_masks,
+                                             batch_size or unique.shape[0], show_progress)
+    logits = unique_logits[inverse].double()
+
+    num_classes = logits.shape[1]
+    curves = {variant: {"ac": np.empty((batch, len(OFFICIAL_FRACTIONS))),
+                        "mse": np.empty((batch, len(OFFICIAL_FRACTIONS)))} for variant in VARIANTS}
+    for b, plan in enumerate(plans):
+        y0 = logits[plan.original_row]
+        target = int(torch.argmax(y0)) if plan.tracked is None else plan.tracked
+        if not 0 <= target < num_classes:
+            raise BadInputError(f"tracked class {target} of sample {b} is outside the {num_classes} logits",
+                                "check labels / predicted against the model's output size")
+        for variant, row_ids in (("generation", plan.generation_rows), ("pruning", plan.pruning_rows)):
+            y = logits[row_ids]
+            curves[variant]["ac"][b] = torch.softmax(y, dim=-1)[:, target].numpy()
+            if spec.mse_over == "all_logits":
+                curves[variant]["mse"][b] = ((y0 - y) ** 2).sum(dim=-1).numpy()
+            else:
+                curves[variant]["mse"][b] = ((y0[target] - y[:, target]) ** 2).numpy()
+    return curves

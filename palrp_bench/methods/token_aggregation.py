@@ -1,0 +1,64 @@
+"""Per-token scores from semantic and positional relevance (PROTOCOL.md section 1, paper Eq. 11).
+
+``aggregation="official"`` follows the official code with ``--pe --single-norm`` (the published configuration):
+
+* ``sem[i] = sum_d R(E_i)[d]`` (signed);
+* ``pos[i] = sum_k (|pcos[k,i]| + |psin[k,i]|)`` (multi-sink) or ``sum_k (pcos[k,i] + psin[k,i])`` (w/o
+  multi-sink, Table 2);
+* PA-LRP: ``(sem + pos) / max_i |sem + pos|``; PE only: ``pos / max|pos|``; AttnLRP: ``sem`` (raw).
+
+``aggregation="eq11"`` follows the paper's Eq. 11 instead: per-element ReLU sums,
+``R_i = sum_d E_i[d]^+ + sum_k sum_d' P_{i,k}[d']^+`` where the elements of ``P_{i,k}`` are the cos and sin
+entries of token ``i`` in layer ``k`` (summed over heads and the q/k sides, which share them). Without multi-sink
+there is one shared sink, so the per-layer element relevances are summed before the ReLU. Scores are divided by
+their max (ordering is all the perturbation protocols use).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import BadInputError
+from .registry import Method
+
+AGGREGATIONS = ("official", "eq11")
+
+
+def _max_normalise(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Divide each row by its max |value| over valid tokens (rows that are all zero stay zero)."""
+    m = torch.where(valid, x.abs(), torch.zeros_like(x)).amax(-1, keepdim=True)
+    return torch.where(m > 0, x / torch.where(m > 0, m, torch.ones_like(m)), x)
+
+
+def aggregate_tokens(method: Method, aggregation: str, *, semantic: torch.Tensor, semantic_relu: torch.Tensor,
+                     positional: torch.Tensor, positional_relu: torch.Tensor,
+                     positional_shared_relu: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Final ``[B, T]`` scores of ``method``.
+
+    Inputs (float, batch first): ``semantic``/``semantic_relu`` ``[B, T]``; ``positional``/``positional_relu``
+    ``[B, L, 2, T]`` (per layer, cos/sin); ``positional_shared_relu`` ``[B, 2, T]`` (ReLU of the layer-summed
+    element relevance); ``valid`` ``[B, T]`` bool (real tokens).
+    """
+    if aggregation == "official":
+        sem = semantic
+        if method.positional_abs:
+            pos = positional.abs().sum(dim=(1, 2))
+        else:
+            pos = positional.sum(dim=(1, 2))
+        if method.use_semantic and not method.use_positional:
+            scores = sem
+        elif method.use_positional and not method.use_semantic:
+            scores = _max_normalise(pos, valid)
+        else:
+            scores = _max_normalise(sem + pos, valid)
+    elif aggregation == "eq11":
+        sem = semantic_relu
+        pos = positional_relu.sum(dim=(1, 2)) if method.positional_abs else positional_shared_relu.sum(dim=1)
+        total = torch.zeros_like(sem)
+        if method.use_semantic:
+            total = total + sem
+        if method.use_positional:
+            total = total + pos
+        scores = _max_normalise(total, valid)
+    else:
+        raise BadInputError(f"unknown aggregation {aggregation!r}", f"use one of: {', '.join(AGGREGATIONS)}")
+    return torch.where(valid, scores, torch.zeros_like(scores))

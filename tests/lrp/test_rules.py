@@ -1,0 +1,142 @@
+"""Every fast rule (Gradient x Input form) against the slow explicit reference (tests/reference)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from palrp_bench.lrp import rules
+from reference import explicit_lrp as ref
+
+torch.manual_seed(0)
+D = torch.float64
+
+
+def grad_x_input(out_fn, inputs, R_out):
+    """Run the fast rule: seed the output with gradient R_out / out so that R(out) = R_out; return x * x.grad."""
+    xs = [x.clone().requires_grad_(True) for x in inputs]
+    out = out_fn(*xs)
+    seed = torch.where(out != 0, R_out / torch.where(out != 0, out, torch.ones_like(out)), torch.zeros_like(out))
+    grads = torch.autograd.grad(out, xs, grad_outputs=seed, allow_unused=True)
+    return [x.detach() * (g if g is not None else torch.zeros_like(x)) for x, g in zip(xs, grads)], out
+
+
+def test_scale_grad_changes_only_the_gradient():
+    x = torch.randn(5, dtype=D, requires_grad=True)
+    y = rules.scale_grad(x, 0.25)
+    assert torch.equal(y, x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    assert torch.allclose(g, torch.full_like(x, 0.25))
+    assert not rules.scale_grad(x, 0.0).requires_grad
+
+
+def test_linear_epsilon_is_plain_gradient():
+    x, W, b = torch.randn(3, 6, dtype=D), torch.randn(4, 6, dtype=D), torch.randn(4, dtype=D)
+    R_out = torch.randn(3, 4, dtype=D)
+    (R_x, R_b), _ = grad_x_input(lambda x, b: F.linear(x, W, b), [x, b], R_out)
+    assert torch.allclose(R_x, ref.linear_epsilon(x, W, b, R_out), atol=1e-12)
+    # what the bias absorbs closes the books: sum R_out = sum R_x + sum R_b
+    assert torch.allclose(R_out.sum(), R_x.sum() + R_b.sum(), atol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [F.silu, F.gelu])
+def test_identity_rule_passes_relevance_unchanged(fn):
+    x = torch.randn(4, 7, dtype=D)
+    x[0, 0] = 0.0  # the x == 0 guard
+    R_out = torch.randn(4, 7, dtype=D)
+    (R_x,), out = grad_x_input(lambda x: rules.activation(x, fn, "identity"), [x], R_out)
+    assert torch.allclose(out, fn(x), atol=1e-12)
+    R_ref = R_out.clone()
+    R_ref[0, 0] = 0.0  # f(0) = 0 carries no relevance
+    assert torch.allclose(R_x, R_ref, atol=1e-10)
+
+
+def test_uniform_product_splits_in_half_and_constants_get_nothing():
+    a, b = torch.randn(5, dtype=D), torch.randn(5, dtype=D)
+    R_out = torch.randn(5, dtype=D)
+    (R_a, R_b), _ = grad_x_input(lambda a, b: rules.product(a, b, rule="uniform"), [a, b], R_out)
+    ra, rb = ref.product_uniform(a, b, R_out)
+    assert torch.allclose(R_a, ra) and torch.allclose(R_b, rb)
+    # a constant operand (no grad): all relevance to the other one (AttnLRP row with cos/sin constant)
+    (R_a,), _ = grad_x_input(lambda a: rules.product(a, b, rule="uniform"), [a], R_out)
+    assert torch.allclose(R_a, R_out)
+
+
+def test_three_operand_product_splits_in_thirds():
+    a, b, c = (torch.randn(4, dtype=D) for _ in range(3))
+    R_out = torch.randn(4, dtype=D)
+    rs, _ = grad_x_input(lambda a, b, c: rules.product(a, b, c, rule="uniform"), [a, b, c], R_out)
+    for r in rs:
+        assert torch.allclose(r, R_out / 3)
+
+
+def test_rms_norm_identity_rule():
+    x, w = torch.randn(3, 8, dtype=D), torch.randn(8, dtype=D)
+    R_out = torch.randn(3, 8, dtype=D)
+    (R_x,), out = grad_x_input(lambda x: rules.rms_norm(x, w, 1e-6, "identity"), [x], R_out)
+    expected = w * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    assert torch.allclose(out, expected.to(out.dtype), atol=1e-6)
+    assert torch.allclose(R_x, R_out, atol=1e-10)
+
+
+def test_layer_norm_identity_rule_matches_epsilon_rule_on_the_centering_map():
+    n = 6
+    x, w = torch.randn(2, n, dtype=D), torch.randn(n, dtype=D)
+    R_out = torch.randn(2, n, dtype=D)
+    (R_x,), out = grad_x_input(lambda x: rules.layer_norm(x, w, None, 1e-6, "identity"), [x], R_out)
+    assert torch.allclose(out, F.layer_norm(x, (n,), w, None, 1e-6), atol=1e-10)
+    std = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-6)
+    expected = []
+    for i in range(2):  # the map x -> (x - mean)/std * w is linear once std is a constant: epsilon rule
+        M = (torch.eye(n, dtype=D) - 1.0 / n) / std[i] * w[None, :]     # z = x @ M
+        expected.append(ref.linear_epsilon(x[i:i + 1], M.T, None, R_out[i:i + 1])[0])
+    assert torch.allclose(R_x, torch.stack(expected), atol=1e-9)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("gqa", [1, 2])
+def test_attention_matches_attnlrp_reference(implementation, gqa):
+    B, H, T, d = 2, 4, 5, 3
+    q = torch.randn(B, H, T, d, dtype=D)
+    k = torch.randn(B, H // gqa, T, d, dtype=D)
+    v = torch.randn(B, H // gqa, T, d, dtype=D)
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[1, :, :, 0] = False  # sample 1: first key padded (left padding)
+    mask[1, :, 0, 0] = True   # ... its own row keeps the diagonal
+    R_out = torch.randn(B, H, T, d, dtype=D)
+    scale = d ** -0.5
+    fn = lambda q, k, v: rules.attention(q, k, v, mask=mask, causal=True, scale=scale, weights_share=0.5,
+                                         value_share=0.5, qk_share=0.5, implementation=implementation)
+    (R_q, R_k, R_v), _ = grad_x_input(fn, [q, k, v], R_out)
+    valid = mask & torch.ones(T, T, dtype=torch.bool).tril()
+    kr, vr = k.repeat_interleave(gqa, 1), v.repeat_interleave(gqa, 1)
+    Rq, Rk, Rv, _ = ref.attention_attnlrp(q, kr, vr, scale, R_out, valid)
+    # GQA: the relevance of a shared k/v head is the sum over the query heads that use it
+    Rk = Rk.view(B, H // gqa, gqa, T, d).sum(2)
+    Rv = Rv.view(B, H // gqa, gqa, T, d).sum(2)
+    assert (R_q - Rq).abs().max() < 1e-9
+    assert (R_k - Rk).abs().max() < 1e-9
+    assert (R_v - Rv).abs().max() < 1e-9
+
+
+def test_attention_recorder_measures_softmax_absorption():
+    B, H, T, d = 1, 2, 4, 3
+    q, k, v = (torch.randn(B, H, T, d, dtype=D) for _ in range(3))
+    R_out = torch.randn(B, H, T, d, dtype=D)
+    rec = rules.AttentionRecorder()
+    fn = lambda q, k, v: rules.attention(q, k, v, mask=None, causal=True, scale=0.5, weights_share=0.5,
+                                         value_share=0.5, qk_share=0.5, implementation="eager", recorder=rec)
+    (R_q, R_k, R_v), _ = grad_x_input(fn, [q, k, v], R_out)
+    *_, absorbed_ref = ref.attention_attnlrp(q, k, v, 0.5, R_out, torch.ones(T, T, dtype=torch.bool).tril())
+    assert torch.allclose(rec.absorbed(), absorbed_ref.reshape(1), atol=1e-10)
+    # books close: R_out = R_q + R_k + R_v + absorbed
+    total = R_q.sum() + R_k.sum() + R_v.sum() + rec.absorbed().sum()
+    assert torch.allclose(total, R_out.sum(), atol=1e-10)
+
+
+def test_cp_lrp_attention_sends_everything_to_values():
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=D) for _ in range(3))
+    R_out = torch.randn(1, 2, 4, 3, dtype=D)
+    fn = lambda q, k, v: rules.attention(q, k, v, mask=None, causal=True, scale=0.5, weights_share=0.0,
+                                         value_share=1.0, qk_share=0.5)
+    (R_q, R_k, R_v), _ = grad_x_input(fn, [q, k, v], R_out)
+    assert R_q.abs().max() == 0 and R_k.abs().max() == 0
+    assert torch.allclose(R_v.sum(), R_out.sum(), atol=1e-10)

@@ -1,0 +1,52 @@
+"""Slow, textbook LRP references: explicit relevance tensors, no autograd tricks.
+
+Each function takes the forward inputs and the relevance of the output and returns the relevance of the inputs
+exactly as written in the AttnLRP paper (Achtibat et al., ICML 2024): epsilon rule (eps -> 0) for linear maps
+(Eq. 5), identity rule for elementwise nonlinearities (Eq. 10), uniform rule for products (Prop. 3.2), the
+uniform-epsilon rule for matrix multiplication (Prop. 3.3) and the softmax rule (Prop. 3.1). The fast
+Gradient x Input implementations in palrp_bench.lrp.rules must agree with these ("replicates" pattern).
+All computations in float64.
+"""
+import torch
+
+
+def linear_epsilon(x, W, b, R_out):
+    """z_j = sum_i x_i W_ji + b_j;  R_i = sum_j x_i W_ji / z_j R_j  (x: [n, I], W: [J, I])."""
+    z = x @ W.T + (b if b is not None else 0)
+    contrib = x[:, None, :] * W[None, :, :]              # [n, J, I]
+    return (contrib / z[:, :, None] * R_out[:, :, None]).sum(1)
+
+
+def product_uniform(a, b, R_out):
+    """z = a * b;  R_a = R_b = R_z / 2."""
+    return R_out / 2, R_out / 2
+
+
+def matmul_uniform_epsilon(A, B, R_out):
+    """O = A @ B over the last two dims. Each term A_ij B_jk gets its epsilon share of R_ik, then half to each
+    factor: R_A_ij = sum_k A_ij B_jk / (2 O_ik) R_ik ;  R_B_jk = sum_i A_ij B_jk / (2 O_ik) R_ik."""
+    O = A @ B
+    terms = A[..., :, :, None] * B[..., None, :, :]        # [..., i, j, k]
+    share = terms / O[..., :, None, :] * R_out[..., :, None, :] / 2
+    return share.sum(-1), share.sum(-3)
+
+
+def softmax_rule(x, R_out, dim=-1):
+    """AttnLRP Prop. 3.1: R_x = x * (R_out - s * sum(R_out))."""
+    s = torch.softmax(x, dim=dim)
+    return x * (R_out - s * R_out.sum(dim, keepdim=True))
+
+
+def attention_attnlrp(q, k, v, scale, R_out, valid=None):
+    """Relevance of q, k, v for O = softmax(q k^T * scale) v (per head, [H, T, d]); masked scores excluded."""
+    S = (q @ k.transpose(-1, -2)) * scale
+    if valid is not None:
+        S = S.masked_fill(~valid, float("-inf"))
+    A = torch.softmax(S, -1)
+    R_A, R_V = matmul_uniform_epsilon(A, v, R_out)
+    S_fin = torch.where(torch.isfinite(S), S, torch.zeros_like(S))
+    s = A
+    R_S = S_fin * (R_A - s * R_A.sum(-1, keepdim=True))
+    # scores = (q * scale) @ k^T: uniform-epsilon matmul on q @ k^T (the constant scale is a linear factor)
+    R_Q, R_Kt = matmul_uniform_epsilon(q * scale, k.transpose(-1, -2), R_S)
+    return R_Q, R_Kt.transpose(-1, -2), R_V, R_A.sum() - R_S.sum()
