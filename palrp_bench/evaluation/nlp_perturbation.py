@@ -53,10 +53,8 @@ trapezoid areas of their sample means (:mod:`palrp_bench.metrics.auc`).
 """
 from __future__ import annotations
 
-import inspect
-import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -76,6 +74,7 @@ __all__ = [
     "resolve_unk_id",
     "tokens_per_step",
     "perturbation_orders",
+    "readout_logits",
 ]
 
 #: The 11 fractions exactly as the official code builds them (``np.linspace(0., 1., 11)``; see module docstring).
@@ -124,6 +123,13 @@ class PerturbationSettings:
     exclude_padding: bool
     keep_bos: bool
     restore_id0_tokens: bool
+
+
+def _task(name: str) -> PerturbationTask:
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise BadInputError(f"unknown perturbation task {name!r}", f"use one of: {', '.join(TASKS)}") from None
 
 
 def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool | None = None,
@@ -192,7 +198,7 @@ def perturbation_orders(scores: np.ndarray, task: PerturbationTask) -> tuple[np.
 # ----------------------------------------------------------------------------------------------- input checks
 
 
-def _as_long_2d(name: str, value, shape: tuple[int, int] | None = None) -> torch.Tensor:
+def _as_2d(name: str, value, shape: tuple[int, int] | None = None) -> torch.Tensor:
     tensor = torch.as_tensor(value)
     if tensor.dim() == 1:
         tensor = tensor.unsqueeze(0)
@@ -220,16 +226,10 @@ def _model_device_and_dtype(model) -> tuple[torch.device, torch.dtype]:
 
 
 def _check_model(model, task: PerturbationTask) -> None:
-    if not callable(getattr(model, "get_input_embeddings", None)):
+    if not callable(getattr(model, "get_input_embeddings", None)) or not hasattr(model, "base_model"):
         raise UnsupportedModelError(f"{type(model).__name__} is not a Hugging Face model",
                                     "pass a LlamaForSequenceClassification (imdb) or LlamaForCausalLM (mcqa, wikipedia)")
-    has_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-    if task.head == "causal_lm" and not has_keep:
-        raise UnsupportedModelError(f"task {task.name!r} needs a causal LM, got {type(model).__name__}",
-                                    "load the model with AutoModelForCausalLM / LlamaForCausalLM")
-    if task.head == "classifier" and has_keep:
-        raise UnsupportedModelError(f"task 'imdb' needs a sequence classifier, got {type(model).__name__}",
-                                    "load the finetuned LlamaForSequenceClassification")
+    _output_head(model, task)
     if model.training:
         raise BadInputError("the model is in training mode (dropout would make the curves random)",
                             "call model.eval() first")
@@ -269,6 +269,9 @@ def _replaceable_positions(ids: torch.Tensor, real: torch.Tensor, task: Perturba
 def _perturbed_copies(ids: torch.Tensor, positions: np.ndarray, scores: np.ndarray, unk_id: int,
                       task: PerturbationTask, settings: PerturbationSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """``[11, T]`` generation inputs and ``[11, T]`` pruning inputs of one sample."""
+    if not np.isfinite(scores[positions]).all():
+        raise BadInputError("scores contain NaN or inf at perturbable tokens",
+                            "check the explainer output before the perturbation")
     counts = tokens_per_step(len(positions))
     generation_order, pruning_order = perturbation_orders(scores[positions], task)
     positions_t = torch.as_tensor(positions, dtype=torch.long)
@@ -290,42 +293,64 @@ def _perturbed_copies(ids: torch.Tensor, positions: np.ndarray, scores: np.ndarr
 # ----------------------------------------------------------------------------------------------- forwards
 
 
-def _forward_unique_rows(model, task: PerturbationTask, settings: PerturbationSettings, rows: torch.Tensor,
-                         masks: torch.Tensor, batch_size: int, show_progress: bool) -> torch.Tensor:
-    """Logits (float32, CPU) of the tracked head for every row: ``[R, C]`` or ``[R, V]``.
+def _output_head(model, task: PerturbationTask) -> torch.nn.Module:
+    """The module that maps the last hidden state to the tracked logits (``score`` or the LM head)."""
+    if task.head == "classifier":
+        head = getattr(model, "score", None)
+        if not isinstance(head, torch.nn.Module):
+            raise UnsupportedModelError(f"task 'imdb' needs a sequence classifier, got {type(model).__name__}",
+                                        "load the finetuned LlamaForSequenceClassification")
+        return head
+    head = model.get_output_embeddings() if callable(getattr(model, "get_output_embeddings", None)) else None
+    if not isinstance(head, torch.nn.Module):
+        raise UnsupportedModelError(f"task {task.name!r} needs a causal LM, got {type(model).__name__}",
+                                    "load the model with AutoModelForCausalLM / LlamaForCausalLM")
+    return head
 
-    Classifier: the model's own pooling (last token whose id differs from the pad id) with the 2D mask.
-    Causal LM: next-token logits at the last real position (right padding); causal runs get the 2D mask,
-    non-causal runs a 4D additive float mask ``[R, 1, T, T]`` that allows every real key.
+
+def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: bool = True,
+                   batch_size: int | None = None, show_progress: bool = False) -> torch.Tensor:
+    """Logits the perturbation protocol reads for each row: ``[R, C]`` (classifier) or ``[R, V]`` (causal LM).
+
+    The head reads the hidden state at the last real position (last ``attention_mask == 1``; right padding).
+    For the classifier this is the official code's pooling (``attention_mask.sum(1) - 1``); the Hugging Face
+    class would instead pool at the last token whose id differs from the pad id, which moves as soon as the
+    official protocol turns pads into UNK. Causal runs pass the 2D mask (the library adds the causal part);
+    non-causal runs (``causal=False``, the official ARC / Wikipedia defect) pass a 4D additive float mask
+    ``[R, 1, T, T]`` that allows every real key. Columns after the last real position of every row in a chunk are
+    dropped: they cannot reach the read-out position. Returns float32 on the CPU, computed without gradients.
     """
+    spec = _task(task)
+    _check_model(model, spec)
+    ids = _as_2d("input_ids", input_ids).long().cpu()
+    mask = (torch.ones_like(ids) if attention_mask is None
+            else _as_2d("attention_mask", attention_mask, tuple(ids.shape)).long().cpu())
+    for index in range(ids.shape[0]):
+        _check_right_padded(mask[index], index)
+    if spec.head == "classifier" and not causal:
+        raise BadInputError("causal=False is not defined for task 'imdb'", "drop causal=False")
     device, dtype = _model_device_and_dtype(model)
+    head = _output_head(model, spec)
+    body = model.base_model
+    chunk = batch_size or ids.shape[0]
     outputs = []
-    starts = range(0, rows.shape[0], batch_size)
-    for start in tqdm(starts, desc=f"{task.name} perturbation forwards", leave=False,
-                      disable=not show_progress or len(starts) <= 1):
-        ids = rows[start:start + batch_size]
-        mask = masks[start:start + batch_size]
-        if task.head == "classifier":
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
-            if logits.dim() != 2:
-                raise UnsupportedModelError(f"task 'imdb' expects classifier logits [batch, classes], got "
-                                            f"{tuple(logits.shape)}", "pass a LlamaForSequenceClassification")
-            outputs.append(logits.float().cpu())
-            continue
-        last = mask.sum(dim=1) - 1
-        width = int(last.max()) + 1  # trailing columns that are padding for every row change nothing
-        ids, mask = ids[:, :width], mask[:, :width]
-        if settings.causal:
-            attention = mask.to(device)
-        else:
-            allowed = mask.bool()[:, None, None, :].expand(-1, 1, width, width)
-            attention = torch.zeros(allowed.shape, dtype=dtype, device=device)
-            attention.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
-        keep, where = torch.unique(last, return_inverse=True)
-        logits = model(input_ids=ids.to(device), attention_mask=attention, use_cache=False,
-                       logits_to_keep=keep.to(device)).logits
-        logits = logits[torch.arange(ids.shape[0], device=logits.device), where.to(logits.device)]
-        outputs.append(logits.float().cpu())
+    starts = range(0, ids.shape[0], chunk)
+    with torch.no_grad():
+        for start in tqdm(starts, desc=f"{spec.name} perturbation forwards", leave=False,
+                          disable=not show_progress or len(starts) <= 1):
+            rows, real = ids[start:start + chunk], mask[start:start + chunk]
+            last = real.sum(dim=1) - 1
+            width = int(last.max()) + 1
+            rows, real = rows[:, :width], real[:, :width]
+            if causal:
+                attention = real.to(device)
+            else:
+                allowed = real.bool()[:, None, None, :].expand(-1, 1, width, width).to(device)
+                attention = torch.zeros(allowed.shape, dtype=dtype, device=device)
+                attention.masked_fill_(~allowed, torch.finfo(dtype).min)
+            hidden = body(input_ids=rows.to(device), attention_mask=attention, use_cache=False).last_hidden_state
+            pooled = hidden[torch.arange(rows.shape[0], device=hidden.device), last.to(hidden.device)]
+            outputs.append(head(pooled).float().cpu())
     return torch.cat(outputs, dim=0)
 
 
@@ -370,26 +395,24 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
         shape ``[B, 11]``: step ``k`` is fraction ``k / 10`` (:data:`OFFICIAL_FRACTIONS`). Generation step 0 is
         the all-UNK input and step 10 the original; pruning step 0 is the original.
     """
-    if task not in TASKS:
-        raise BadInputError(f"unknown perturbation task {task!r}", f"use one of: {', '.join(TASKS)}")
-    spec = TASKS[task]
+    spec = _task(task)
     settings = resolve_settings(spec, protocol, causal=causal, exclude_padding=exclude_padding,
                                 keep_bos=keep_bos, restore_id0_tokens=restore_id0_tokens)
     unk = resolve_unk_id(unk_id, tokenizer)
     _check_model(model, spec)
 
-    ids = _as_long_2d("input_ids", input_ids).long().cpu()
+    ids = _as_2d("input_ids", input_ids).long().cpu()
     batch, length = ids.shape
     if batch == 0 or length == 0:
         raise BadInputError(f"input_ids is empty (shape {tuple(ids.shape)})", "pass at least one non-empty sample")
-    score_t = _as_long_2d("scores", scores, (batch, length)).detach().cpu()
+    score_t = _as_2d("scores", scores, (batch, length)).detach().cpu()
     if not score_t.dtype.is_floating_point:
         raise BadInputError(f"scores must be floating point, got {score_t.dtype}", "pass the explainer's scores")
     if score_t.dtype in (torch.float16, torch.bfloat16):
         score_t = score_t.float()
     score_np = score_t.numpy()
     real = (torch.ones_like(ids, dtype=torch.long) if attention_mask is None
-            else _as_long_2d("attention_mask", attention_mask, (batch, length)).long().cpu())
+            else _as_2d("attention_mask", attention_mask, (batch, length)).long().cpu())
     if bool(((real != 0) & (real != 1)).any()):
         raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
     if spec.tracked == "label":
@@ -401,8 +424,6 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
         tracked = _per_sample_ints("labels", labels, batch)
     else:
         tracked = None if predicted is None else _per_sample_ints("predicted", predicted, batch)
-    if not np.isfinite(score_np[real.bool().numpy()]).all():
-        raise BadInputError("scores contain NaN or inf", "check the explainer output before the perturbation")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise BadInputError(f"batch_size must be a positive int or None, got {batch_size!r}", "e.g. batch_size=32")
     bos_id = getattr(model.config, "bos_token_id", None)
@@ -412,8 +433,7 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
     row_masks: list[torch.Tensor] = []
     plans: list[_SamplePlan] = []
     for b in range(batch):
-        if spec.head == "causal_lm":
-            _check_right_padded(real[b], b)
+        _check_right_padded(real[b], b)
         positions = _replaceable_positions(ids[b], real[b].bool(), spec, settings, b, bos_id)
         generation, pruning = _perturbed_copies(ids[b], positions, score_np[b], unk, spec, settings)
         first = len(rows)
@@ -427,10 +447,12 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
     all_rows = torch.stack(rows)
     all_masks = torch.stack(row_masks)
     unique, inverse = torch.unique(torch.cat([all_rows, all_masks], dim=1), dim=0, return_inverse=True)
-    unique_rows, unique_masks = unique[:, :length], unique[:, length:]
-    with torch.no_grad():
-        unique_logits = _forward_unique_rows(model, spec, settings, unique_rows, unique_masks,
-                                             batch_size or unique.shape[0], show_progress)
+    # Similar lengths share a chunk, so each forward is cut to a short width.
+    by_length = torch.argsort(unique[:, length:].sum(dim=1), stable=True)
+    sorted_logits = readout_logits(model, unique[by_length, :length], unique[by_length, length:], task=spec.name,
+                                   causal=settings.causal, batch_size=batch_size, show_progress=show_progress)
+    unique_logits = torch.empty_like(sorted_logits)
+    unique_logits[by_length] = sorted_logits
     logits = unique_logits[inverse].double()
 
     num_classes = logits.shape[1]

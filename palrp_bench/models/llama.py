@@ -76,6 +76,7 @@ class LlamaTwin:
         self.final_norm = base.norm
         self.rotary = base.rotary_emb
         self.head = model.score if self.is_classifier else model.lm_head
+        keep_4bit_differentiable(model)
         if getattr(self.config, "pretraining_tp", 1) not in (None, 1):
             raise BadInputError("pretraining_tp > 1 is not supported", "set config.pretraining_tp = 1 (same logits)")
 
@@ -243,4 +244,24 @@ def load_llama(name_or_path: str, *, kind: str = "causal", dtype: str = "bfloat1
     if kind == "classifier" and model.config.pad_token_id is None:
         model.config.pad_token_id = model.config.eos_token_id
     model.eval()
+    keep_4bit_differentiable(model)
     return model
+
+
+def keep_4bit_differentiable(model) -> None:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference, or fail clearly if it already did.
+
+    On CPUs with AVX512-BF16, bitsandbytes (0.50) converts a ``Linear4bit`` weight to a packed CPU format at the
+    first forward that runs without gradients in eval mode (e.g. a perturbation step). The packed path computes
+    different numbers and returns no input gradient, which would silently zero the relevance of every later
+    explanation. The switch is a per-module attribute, so this touches only the given model object.
+    """
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            state = getattr(getattr(module, "weight", None), "quant_state", None)
+            if state is not None and getattr(state, "packing_format_for_cpu", False):
+                raise BadInputError(
+                    "this 4-bit model already ran an inference forward on the CPU and bitsandbytes repacked its "
+                    "weights (no gradients through them any more)",
+                    "load it with palrp_bench.models.llama.load_llama, or explain before any torch.no_grad() forward")
+            module.support_avx512bf16_for_cpu = False

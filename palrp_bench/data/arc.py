@@ -1,0 +1,159 @@
+"""ARC-Easy multiple-choice QA for Table 3, left (PROTOCOL.md section 2, "MCQA").
+
+Questions of ``allenai/ai2_arc`` config ``ARC-Easy``: the train split then the test split, keeping only answer
+keys ``A``-``D`` (numeric keys and ``E`` are dropped), each rendered with the official prompt::
+
+    The following is multiple choice question (with answers).\\n\\n{question}\\nA. {a}\\nB. {b}\\nC. {c}\\nD. {d}
+    \\n\\nPlease make sure to answer (A,B,C, or D)\\nAnswer is:
+
+and tokenised with the tokenizer's special tokens (BOS first), no chat template, no truncation, no padding.
+As in the official code, the options are all of the question's choices lettered ``A, B, C, ...`` in order, so
+the few ARC-Easy questions with 3 or 5 choices get 3 or 5 option lines. ``label`` is the index of the answer
+letter (``A -> 0``); ``meta["answer_letter"]`` the letter. ``sample_id`` = ``arc-easy-{ARC id}``.
+
+The evaluation keeps only correctly answered questions, the first 1000 (:func:`select_correct`). A prediction
+is read the official way (:func:`answer_letter_from_token`): the arg-max next token's string, its last
+character if it is longer than one character, must be one of ``A``-``D`` (so ``"ĠB"`` and ``"▁B"`` read as
+``B``, and so does any other token ending in ``B``).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..errors import BadInputError
+from .base import TextSample
+from .text_common import (check_tokenizer, check_unique_ids, encode_with_bos, hub_records, iter_local_records,
+                          load_hub_dataset)
+
+HF_NAME = "allenai/ai2_arc"
+HF_CONFIG = "ARC-Easy"
+#: Splits used, in this order (PROTOCOL.md: train then test).
+ARC_SPLITS: tuple[str, ...] = ("train", "test")
+ANSWER_LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
+#: The fixed parts of the official prompt around the question and its options.
+MCQA_PROMPT_HEAD = "The following is multiple choice question (with answers).\n\n"
+MCQA_PROMPT_TAIL = "\n\nPlease make sure to answer (A,B,C, or D)\nAnswer is:"
+#: How many correctly answered questions the evaluation keeps.
+OFFICIAL_CORRECT_LIMIT = 1000
+_COLUMNS = ("id", "question", "choices", "answerKey")
+
+__all__ = ["ANSWER_LETTERS", "format_mcqa_prompt", "load_arc_easy", "answer_letter_from_token",
+           "predicted_letter", "select_correct"]
+
+
+def format_mcqa_prompt(question: str, choices: Sequence[str]) -> str:
+    """The official MCQA prompt: header, question, one ``\\n{letter}. {choice}`` line per choice, footer."""
+    options = "".join(f"\n{chr(ord('A') + i)}. {choice}" for i, choice in enumerate(choices))
+    return f"{MCQA_PROMPT_HEAD}{question}{options}{MCQA_PROMPT_TAIL}"
+
+
+def _how_to_get() -> str:
+    return (f"download {HF_NAME} ({HF_CONFIG}/train-*.parquet and test-*.parquet) and pass path=<folder>, "
+            "or run once with network access to fill the Hugging Face cache")
+
+
+def _normalise(record: dict) -> tuple[str, str, list[str], str]:
+    """``(id, question, choice texts, answer key)`` from the Hugging Face record (or the original AI2 JSONL
+    record, whose question is ``{"stem": ..., "choices": [{"text", "label"}, ...]}``)."""
+    question, choices = record["question"], record.get("choices")
+    if isinstance(question, dict):
+        choices = {"text": [c["text"] for c in question["choices"]]}
+        question = question["stem"]
+    if not isinstance(choices, dict) or "text" not in choices:
+        raise BadInputError(f"ARC record {record.get('id')!r} has no choices.text",
+                            "use the Hugging Face columns id/question/choices{text,label}/answerKey")
+    return str(record["id"]), str(question), [str(t) for t in choices["text"]], str(record["answerKey"]).strip()
+
+
+def _records(path: str | Path | None) -> list[tuple[str, dict]]:
+    """``(split, record)`` pairs: the train split then the test split (a single file is one table, as is)."""
+    how = _how_to_get()
+    if path is None:
+        dataset = load_hub_dataset(HF_NAME, HF_CONFIG, what="ARC-Easy", how_to_get=how)
+        return [(split, record) for split in ARC_SPLITS
+                for record in hub_records(dataset[split], name=HF_NAME, how_to_get=how)]
+    path = Path(path).expanduser()
+    if path.is_file() or (path / "state.json").is_file():  # one table (a file or a saved single Dataset)
+        return [("file", r) for r in iter_local_records(path, "", _COLUMNS, what="ARC-Easy", how_to_get=how)]
+    if (path / HF_CONFIG).is_dir():
+        path = path / HF_CONFIG
+    return [(split, record) for split in ARC_SPLITS
+            for record in iter_local_records(path, split, _COLUMNS, what=f"ARC-Easy {split}", how_to_get=how)]
+
+
+def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> list[TextSample]:
+    """ARC-Easy questions with answer key A-D, train then test, as official MCQA prompts (PROTOCOL.md sec. 2).
+
+    ``path``: a folder with ``train-*.parquet`` and ``test-*.parquet`` (or ``.jsonl``), possibly inside an
+    ``ARC-Easy/`` subfolder (the hub layout), a ``save_to_disk`` folder, or one file taken as the complete,
+    ordered question list. ``None``: the hub (or its cache with ``HF_DATASETS_OFFLINE=1``). ``limit`` keeps the
+    first questions (``None``: all, as the evaluation needs them until 1000 are answered correctly).
+    """
+    check_tokenizer(tokenizer)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise BadInputError(f"limit must be a non-negative int or None, got {limit!r}", "e.g. limit=None")
+    samples = []
+    records = _records(path)
+    for split, record in tqdm(records, desc="tokenising ARC-Easy", disable=None if len(records) > 200 else True):
+        if limit is not None and len(samples) >= limit:
+            break
+        arc_id, question, choices, key = _normalise(record)
+        if key not in ANSWER_LETTERS:
+            continue
+        prompt = format_mcqa_prompt(question, choices)
+        sample_id = f"arc-easy-{arc_id}"
+        ids, _ = encode_with_bos(tokenizer, prompt, max_length=None, what=sample_id)
+        samples.append(TextSample(sample_id=sample_id, input_ids=ids, label=ANSWER_LETTERS.index(key),
+                                  meta={"answer_letter": key, "question": question, "choices": choices,
+                                        "n_choices": len(choices), "source_split": split, "prompt": prompt,
+                                        "n_tokens": len(ids), "n_pad": 0}))
+    check_unique_ids(samples, "ARC-Easy")
+    return samples
+
+
+def answer_letter_from_token(token: str | None) -> str | None:
+    """The answer letter a generated token stands for, the official way, or None.
+
+    A token string longer than one character is reduced to its last character; the result counts if it is
+    one of ``A``-``D`` (``"A"``, ``"ĠA"``, ``"▁A"`` -> ``"A"``; ``"Ġis"`` -> None).
+    """
+    if not token:
+        return None
+    letter = token[-1] if len(token) > 1 else token
+    return letter if letter in ANSWER_LETTERS else None
+
+
+def predicted_letter(tokenizer: Any, token_id: int) -> str | None:
+    """:func:`answer_letter_from_token` of ``tokenizer.convert_ids_to_tokens(token_id)``."""
+    return answer_letter_from_token(tokenizer.convert_ids_to_tokens(int(token_id)))
+
+
+def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[str | None],
+                   limit: int = OFFICIAL_CORRECT_LIMIT) -> list[TextSample]:
+    """The first ``limit`` samples whose predicted letter equals ``meta["answer_letter"]`` (PROTOCOL.md sec. 2).
+
+    ``predicted_letters`` is aligned with ``samples`` (use :func:`predicted_letter` on the arg-max token; None
+    for "not an answer letter"). It may be a lazy iterable: it is consumed only until ``limit`` samples are
+    kept, so a generator running the model stops as early as the official loop did.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise BadInputError(f"limit must be a non-negative int, got {limit!r}", "e.g. limit=1000")
+    if hasattr(predicted_letters, "__len__") and len(predicted_letters) != len(samples):  # type: ignore[arg-type]
+        raise BadInputError(f"{len(predicted_letters)} predictions for {len(samples)} samples",  # type: ignore
+                            "pass one predicted letter (or None) per sample, in order")
+    kept: list[TextSample] = []
+    if limit == 0:
+        return kept
+    for sample, letter in zip(samples, predicted_letters):
+        if "answer_letter" not in sample.meta:
+            raise BadInputError(f"sample {sample.sample_id} has no meta['answer_letter']",
+                                "pass samples from load_arc_easy() or make_synthetic_mcqa()")
+        if letter is not None and letter == sample.meta["answer_letter"]:
+            kept.append(sample)
+            if len(kept) == limit:
+                break
+    return kept

@@ -1,0 +1,311 @@
+"""Embedded synthetic text suite and its shipped tiny LLaMA models (offline stand-ins for IMDB, ARC and Wikipedia).
+
+Two tasks over one word-level vocabulary, both decided by *which* tokens appear *and where* they appear, so
+positional relevance (PROTOCOL.md section 1, RoPE sinks) carries real signal:
+
+* **classification** (stand-in for IMDB, :func:`make_synthetic_classification`): a "review" of 12-24 filler
+  words containing some trigger words (``superb``, ``brilliant``, ...) and look-alike decoys (``decent``,
+  ``okay``, ...). ``label = 1`` iff a trigger word occurs among the first :data:`TRIGGER_WINDOW` words;
+  triggers later in the text and decoys anywhere do not count. ``meta["evidence_positions"]`` are the
+  token positions that decide a positive label.
+* **MCQA / next token** (stand-in for ARC-Easy and Wikipedia, :func:`make_synthetic_mcqa`): the official
+  ARC prompt (:func:`palrp_bench.data.arc.format_mcqa_prompt`) for the question "Which option is {word}?"
+  with four distinct animal words as options; the next token is the letter of the slot holding ``word``, so
+  the answer is a lookup whose result is fixed by the position of the matching option. ``label`` is the
+  answer index, ``meta["answer_letter"]`` the letter, as for ARC.
+
+Samples are deterministic: sample ``i`` of ``(task, seed, split)`` comes from its own generator seeded with
+``(seed, split, task, i)``; its ``sample_id`` is ``synth-{cls|mcqa}-{split}-s{seed}-{i:05d}``.
+
+The tokenizer (:func:`build_tiny_tokenizer`) is a ``tokenizers`` WordLevel model (words, punctuation and
+newlines are tokens; LLaMA-2 style ids ``<unk>=0, <s>=1, </s>=2``; BOS added by its post-processor; pad = eos)
+wrapped as a ``transformers`` fast tokenizer and shipped in ``assets/text/tokenizer``. The models, trained by
+``scripts/train_tiny_text.py`` and shipped in ``assets/text/{cls,causal}`` with ``training_report.json``, are a
+``LlamaForSequenceClassification`` and a ``LlamaForCausalLM`` (RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads).
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from ..errors import BadInputError, MissingDataError
+from .arc import ANSWER_LETTERS, format_mcqa_prompt
+from .base import TextSample
+from .text_common import pad_right
+
+ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "text"
+REPORT_NAME = "training_report.json"
+
+SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>")
+UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
+PAD_ID = EOS_ID
+SYMBOLS: tuple[str, ...] = ("\n", ".", ",", ":", "?", "(", ")")
+#: Words of the official MCQA prompt and of the synthetic question (besides the letters A-D).
+PROMPT_WORDS: tuple[str, ...] = ("The", "following", "is", "multiple", "choice", "question", "with", "answers",
+                                 "Please", "make", "sure", "to", "answer", "or", "Answer", "Which", "option")
+FILLERS: tuple[str, ...] = (
+    "the", "film", "plot", "actor", "scene", "story", "music", "camera", "movie", "director", "script", "cast",
+    "ending", "role", "and", "was", "it", "this", "very", "quite", "but", "also", "just", "really", "some", "more",
+    "time", "light", "set", "show", "dialogue", "pace", "effects", "score", "screen", "character", "moment",
+    "series", "episode", "year")
+#: Words that make a review positive when they occur early enough.
+TRIGGERS: tuple[str, ...] = ("superb", "brilliant", "masterpiece", "gripping")
+#: Look-alike words that never count.
+DECOYS: tuple[str, ...] = ("decent", "okay", "fine", "average")
+#: Option words of the MCQA task.
+OPTION_WORDS: tuple[str, ...] = (
+    "cat", "dog", "fish", "bird", "horse", "mouse", "lion", "tiger", "bear", "wolf", "fox", "deer", "goat", "sheep",
+    "cow", "frog", "owl", "duck", "crab", "seal", "whale", "shark", "snake", "bee")
+
+#: A trigger counts when it is one of the first TRIGGER_WINDOW words (token positions 1..TRIGGER_WINDOW).
+TRIGGER_WINDOW = 8
+REVIEW_LENGTHS = (12, 24)
+SYNTHETIC_SPLITS: dict[str, int] = {"train": 0, "val": 1, "test": 2}
+_TASK_CODES = {"cls": 0, "mcqa": 1}
+#: The pre-tokenizer's rule: a word, one punctuation character, or a newline is a token.
+TOKEN_PATTERN = r"\w+|[^\w\s]|\n"
+#: Architecture of both tiny models (task brief: RoPE, 2 layers, hidden 64, GQA 4 heads / 2 KV heads).
+TINY_LLAMA_ARCH: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
+                                       hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False)
+
+ModelKind = Literal["cls", "causal"]
+
+__all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "load_tiny_tokenizer", "make_synthetic_classification",
+           "make_synthetic_mcqa", "tiny_llama_config", "load_tiny_text_model", "load_training_report", "batch_inputs",
+           "classification_accuracy", "mcqa_accuracy", "words_to_ids"]
+
+
+def _build_vocab() -> dict[str, int]:
+    tokens = [*SPECIAL_TOKENS, *SYMBOLS, *ANSWER_LETTERS, *PROMPT_WORDS, *FILLERS, *TRIGGERS, *DECOYS, *OPTION_WORDS]
+    if len(set(tokens)) != len(tokens):  # pragma: no cover - guards edits of the word lists
+        raise RuntimeError("synthetic vocabulary has duplicate tokens")
+    return {token: i for i, token in enumerate(tokens)}
+
+
+#: Token -> id of the synthetic vocabulary (the shipped tokenizer's vocabulary).
+VOCAB: dict[str, int] = _build_vocab()
+
+
+def words_to_ids(text: str) -> list[int]:
+    """BOS + the ids of ``text`` split like the tokenizer does (unknown words -> ``<unk>``)."""
+    return [BOS_ID] + [VOCAB.get(token, UNK_ID) for token in re.findall(TOKEN_PATTERN, text)]
+
+
+# ----------------------------------------------------------------------------------------------- tokenizer
+def build_tiny_tokenizer():
+    """The word-level fast tokenizer of the suite (what ``assets/text/tokenizer`` holds)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="removed", invert=True)
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
+                                                           special_tokens=[("<s>", BOS_ID)])
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="</s>", padding_side="right", model_max_length=512)
+
+
+def load_tiny_tokenizer(asset_dir: str | Path | None = None):
+    """The shipped tokenizer, via ``AutoTokenizer.from_pretrained`` (offline)."""
+    from transformers import AutoTokenizer
+
+    folder = (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / "tokenizer"
+    if not (folder / "tokenizer.json").is_file():
+        raise MissingDataError(f"tiny tokenizer missing at {folder}",
+                               "run `python scripts/train_tiny_text.py` to (re)create the text assets")
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+# ----------------------------------------------------------------------------------------------- generators
+def _check_args(n: int, seed: int, split: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise BadInputError(f"n must be a non-negative int, got {n!r}", "pass the number of samples, e.g. n=256")
+    if split not in SYNTHETIC_SPLITS:
+        raise BadInputError(f"unknown synthetic split {split!r}", f"use one of {sorted(SYNTHETIC_SPLITS)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "pass e.g. seed=0")
+
+
+def _rng(task: str, seed: int, split: str, i: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed), SYNTHETIC_SPLITS[split], _TASK_CODES[task], int(i)])
+
+
+def _draw_review(rng: np.random.Generator) -> tuple[list[str], int, list[int], list[int]]:
+    """Words, label, trigger word indices and decoy word indices (0-based over words) of one review."""
+    length = int(rng.integers(REVIEW_LENGTHS[0], REVIEW_LENGTHS[1] + 1))
+    words = [FILLERS[k] for k in rng.integers(0, len(FILLERS), size=length)]
+    label = int(rng.integers(0, 2))
+    early, late = list(range(TRIGGER_WINDOW)), list(range(TRIGGER_WINDOW, length))
+    if label == 1:
+        triggers = [int(rng.choice(early))]
+        if rng.random() < 0.5:  # sometimes a second trigger, early or late
+            triggers.append(int(rng.choice([p for p in range(length) if p != triggers[0]])))
+    else:
+        # two thirds: 1-2 triggers, all after the window (hard negatives); one third: none
+        n_late = int(rng.choice([0, 1, 2], p=[1 / 3, 1 / 3, 1 / 3]))
+        triggers = [int(p) for p in rng.choice(late, size=n_late, replace=False)]
+    free = [p for p in range(length) if p not in triggers]
+    n_decoys = int(rng.integers(0, 3))
+    decoys = sorted(int(p) for p in rng.choice(free, size=n_decoys, replace=False))
+    for p in triggers:
+        words[p] = TRIGGERS[int(rng.integers(0, len(TRIGGERS)))]
+    for p in decoys:
+        words[p] = DECOYS[int(rng.integers(0, len(DECOYS)))]
+    return words, label, sorted(triggers), decoys
+
+
+def make_synthetic_classification(n: int, seed: int = 0, split: str = "test",
+                                  pad_to: int | None = None) -> list[TextSample]:
+    """``n`` deterministic reviews of the trigger-window task (module docstring).
+
+    ``input_ids`` = BOS + one id per word. ``pad_to`` right-pads every sample with EOS to that length (the
+    IMDB setup: pad = eos, pads included in the input); ``meta["n_tokens"]`` / ``meta["n_pad"]`` as for IMDB.
+    Token positions in ``meta`` (``trigger_positions``, ``decoy_positions``, ``evidence_positions`` = triggers
+    inside the window) count BOS as position 0.
+    """
+    _check_args(n, seed, split)
+    if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int)
+                               or pad_to < REVIEW_LENGTHS[1] + 1):
+        raise BadInputError(f"pad_to must be an int >= {REVIEW_LENGTHS[1] + 1} (the longest review), got {pad_to!r}",
+                            f"use e.g. pad_to={REVIEW_LENGTHS[1] + 1} or None")
+    samples = []
+    for i in range(int(n)):
+        words, label, triggers, decoys = _draw_review(_rng("cls", seed, split, i))
+        ids = [BOS_ID] + [VOCAB[w] for w in words]
+        n_tokens = len(ids)
+        ids, n_pad = pad_right(ids, pad_to, PAD_ID) if pad_to is not None else (ids, 0)
+        meta = {"task": "cls", "split": split, "seed": int(seed), "index": i, "text": " ".join(words),
+                "n_tokens": n_tokens, "n_pad": n_pad,
+                "trigger_positions": [p + 1 for p in triggers], "decoy_positions": [p + 1 for p in decoys],
+                "evidence_positions": [p + 1 for p in triggers if p < TRIGGER_WINDOW]}
+        samples.append(TextSample(sample_id=f"synth-cls-{split}-s{int(seed)}-{i:05d}", input_ids=ids, label=label,
+                                  meta=meta))
+    return samples
+
+
+def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[TextSample]:
+    """``n`` deterministic "Which option is {word}?" prompts in the official ARC format (module docstring).
+
+    ``label`` = index of the answer letter, ``meta["answer_letter"]`` / ``meta["answer_token_id"]`` the letter
+    and its token id (the correct next token), ``meta["evidence_positions"]`` the positions of the queried word
+    in the question, of the matching option word and of its letter. All prompts have the same length.
+    """
+    _check_args(n, seed, split)
+    samples = []
+    for i in range(int(n)):
+        rng = _rng("mcqa", seed, split, i)
+        choices = [OPTION_WORDS[k] for k in rng.choice(len(OPTION_WORDS), size=len(ANSWER_LETTERS), replace=False)]
+        answer = int(rng.integers(0, len(ANSWER_LETTERS)))
+        question = f"Which option is {choices[answer]}?"
+        prompt = format_mcqa_prompt(question, choices)
+        ids = words_to_ids(prompt)
+        word_id, letter = VOCAB[choices[answer]], ANSWER_LETTERS[answer]
+        word_positions = [p for p, t in enumerate(ids) if t == word_id]  # in the question, then in the options
+        evidence = [word_positions[0], word_positions[1] - 2, word_positions[1]]  # "{letter} . {word}"
+        samples.append(TextSample(
+            sample_id=f"synth-mcqa-{split}-s{int(seed)}-{i:05d}", input_ids=ids, label=answer,
+            meta={"task": "mcqa", "split": split, "seed": int(seed), "index": i, "prompt": prompt,
+                  "question": question, "choices": choices, "n_choices": len(choices), "answer_letter": letter,
+                  "answer_token_id": VOCAB[letter], "n_tokens": len(ids), "n_pad": 0,
+                  "evidence_positions": evidence}))
+    return samples
+
+
+# ----------------------------------------------------------------------------------------------- models
+def tiny_llama_config(kind: ModelKind):
+    """The ``LlamaConfig`` of a tiny model: :data:`TINY_LLAMA_ARCH`, the suite's vocabulary, pad = eos."""
+    from transformers import LlamaConfig
+
+    _check_kind(kind)
+    extra = {"num_labels": 2, "id2label": {0: "no_early_trigger", 1: "early_trigger"},
+             "label2id": {"no_early_trigger": 0, "early_trigger": 1}} if kind == "cls" else {}
+    return LlamaConfig(vocab_size=len(VOCAB), bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+                       **TINY_LLAMA_ARCH, **extra)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ("cls", "causal"):
+        raise BadInputError(f"unknown tiny text model kind {kind!r}", "use 'cls' or 'causal'")
+
+
+def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None = None):
+    """The shipped tiny model (eval mode, float32, CPU), loaded offline from ``assets/text/{kind}``.
+
+    ``cls``: ``LlamaForSequenceClassification`` for :func:`make_synthetic_classification`;
+    ``causal``: ``LlamaForCausalLM`` for :func:`make_synthetic_mcqa`.
+    """
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    _check_kind(kind)
+    folder = (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / kind
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise MissingDataError(f"tiny text model {kind!r} missing at {folder}",
+                               "run `python scripts/train_tiny_text.py` to (re)create the text assets")
+    cls = LlamaForSequenceClassification if kind == "cls" else LlamaForCausalLM
+    try:
+        model = cls.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise MissingDataError(f"tiny text model {kind!r} at {folder} is unreadable ({type(exc).__name__})",
+                               "run `python scripts/train_tiny_text.py` to recreate it") from None
+    return model.eval()
+
+
+def load_training_report(kind: ModelKind = "cls", asset_dir: str | Path | None = None) -> dict:
+    """The JSON written next to a tiny model by the training script (held-out accuracy, seeds, timings)."""
+    _check_kind(kind)
+    path = (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / kind / REPORT_NAME
+    if not path.is_file():
+        raise MissingDataError(f"training report missing at {path}", "run `python scripts/train_tiny_text.py`")
+    return json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+def batch_inputs(samples: Sequence[TextSample], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``samples`` right-padded with ``pad_id`` to the longest one."""
+    if not samples:
+        raise BadInputError("no samples to batch", "pass at least one sample")
+    length = max(len(s.input_ids) for s in samples)
+    ids, mask = [], []
+    for s in samples:
+        n_tokens = int(s.meta.get("n_tokens", len(s.input_ids)))
+        padded, _ = pad_right(s.input_ids[:n_tokens], length, pad_id)
+        ids.append(padded)
+        mask.append([1] * n_tokens + [0] * (length - n_tokens))
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+
+
+@torch.no_grad()
+def classification_accuracy(model: Any, samples: Sequence[TextSample], batch_size: int = 256) -> float:
+    """Fraction of ``samples`` whose arg-max class equals ``label`` (pooled at the last non-pad token)."""
+    correct = 0
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start:start + batch_size]
+        ids, mask = batch_inputs(chunk)
+        pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+        correct += int((pred == torch.tensor([s.label for s in chunk])).sum())
+    return correct / len(samples)
+
+
+@torch.no_grad()
+def mcqa_accuracy(model: Any, tokenizer: Any, samples: Sequence[TextSample], batch_size: int = 256) -> float:
+    """Fraction of ``samples`` whose arg-max next token reads (the official way) as ``meta["answer_letter"]``."""
+    from .arc import predicted_letter
+
+    correct = 0
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start:start + batch_size]
+        ids, mask = batch_inputs(chunk)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        last = mask.sum(-1) - 1
+        pred = logits[torch.arange(len(chunk)), last].argmax(-1)
+        correct += sum(predicted_letter(tokenizer, int(p)) == s.meta["answer_letter"] for p, s in zip(pred, chunk))
+    return correct / len(samples)

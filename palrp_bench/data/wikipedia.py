@@ -1,0 +1,69 @@
+"""Wikipedia next-token prediction for Table 3, right (PROTOCOL.md section 2, "Next-token prediction").
+
+The first 2500 articles of ``wikimedia/wikipedia`` config ``20231101.en`` (train split, dataset order), each
+tokenised with the tokenizer's special tokens (BOS first) and truncated by the tokenizer to 512 tokens
+including BOS; no padding. The evaluation explains the arg-max next token after the last position, so
+``label`` is None. ``sample_id`` = ``wiki-{article id}``; ``meta`` has ``title``, ``url``, ``n_tokens`` and
+``truncated``.
+
+The official code loaded ``split="train[:1%]"`` and took its first 2500 rows; from the hub this module streams
+the same train split in the same order and stops after ``limit`` articles (no 20 GB download). A local copy
+(the hub's ``20231101.en/train-*.parquet`` shards, JSON lines, CSV or a ``save_to_disk`` folder) is read
+lazily, shard by shard in name order.
+"""
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..errors import BadInputError
+from .base import TextSample
+from .text_common import (check_max_length, check_tokenizer, check_unique_ids, encode_with_bos, hub_records,
+                          iter_local_records, load_hub_dataset)
+
+HF_NAME = "wikimedia/wikipedia"
+HF_CONFIG = "20231101.en"
+OFFICIAL_LIMIT = 2500
+WIKI_MAX_LENGTH = 512
+_COLUMNS = ("id", "url", "title", "text")
+
+__all__ = ["load_wikipedia"]
+
+
+def _how_to_get() -> str:
+    return (f"download the first shard of {HF_NAME} ({HF_CONFIG}/train-00000-of-00041.parquet) and pass "
+            "path=<file or folder>, or run once with network access")
+
+
+def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | None = OFFICIAL_LIMIT,
+                   max_length: int = WIKI_MAX_LENGTH) -> list[TextSample]:
+    """The first ``limit`` Wikipedia articles, tokenised with BOS and truncated to ``max_length`` tokens.
+
+    ``path``: a parquet / JSON-lines / CSV file with columns ``id, url, title, text``, a folder of
+    ``train-*`` shards (hub layout), or a ``save_to_disk`` folder; ``None`` streams the hub (or reads its
+    cache with ``HF_DATASETS_OFFLINE=1``).
+    """
+    check_tokenizer(tokenizer)
+    check_max_length(max_length)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise BadInputError(f"limit must be a non-negative int or None, got {limit!r}", "e.g. limit=2500")
+    how = _how_to_get()
+    if path is None:
+        stream = load_hub_dataset(HF_NAME, HF_CONFIG, split="train", streaming=True, what="Wikipedia",
+                                  how_to_get=how)
+        records = hub_records(stream, name=HF_NAME, how_to_get=how)
+    else:
+        records = iter_local_records(path, "train", _COLUMNS, what="Wikipedia", how_to_get=how)
+    samples = []
+    for record in tqdm(islice(records, limit), desc="tokenising Wikipedia", total=limit,
+                       disable=None if (limit or 0) > 200 else True):
+        sample_id = f"wiki-{record['id']}"
+        ids, truncated = encode_with_bos(tokenizer, str(record["text"]), max_length=max_length, what=sample_id)
+        samples.append(TextSample(sample_id=sample_id, input_ids=ids, label=None,
+                                  meta={"title": str(record["title"]), "url": str(record["url"]),
+                                        "n_tokens": len(ids), "n_pad": 0, "truncated": truncated}))
+    check_unique_ids(samples, "Wikipedia")
+    return samples

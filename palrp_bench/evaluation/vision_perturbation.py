@@ -1,0 +1,175 @@
+"""Vision pixel-perturbation protocol (PROTOCOL.md section 3; paper Table 4), batched.
+
+For every image and each step ``p = 0.1, ..., 0.9`` the first ``int(H * W * p)`` pixels of the map's order
+(:func:`palrp_bench.metrics.perturbation.perturbation_masks`: ReLU, per-image min-max, stable sort with ties
+broken by pixel index ascending) are set to 0 in all channels of the raw [0, 1] image, the result is
+normalised and classified. The 9 perturbed copies of all images of a batch (plus the originals when the
+reference is the model's own prediction) are stacked into one batch and run in as few forwards as
+``batch_size`` allows; a chunk's images are built on the fly, so memory is bounded by ``batch_size``.
+
+* ``labels=None`` ("predicted" / the official ``top`` curve): score 1 when the arg-max class of the
+  perturbed image equals the arg-max class of the original image.
+* ``labels`` given ("target" / the official ``target`` curve): score 1 when it equals the label.
+
+The maps are whatever explanation the caller chose (map of the predicted class for "predicted", of the
+ground-truth class for "target"; PROTOCOL.md section 3). Curves feed
+:func:`palrp_bench.metrics.perturbation.perturbation_auc`.
+
+Per-sample results do not depend on ``batch_size`` beyond float rounding of batched matmuls (an arg-max can
+flip only when two logits are within ~1e-6).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from ..errors import BadInputError
+from ..metrics.maps import as_map_batch
+from ..metrics.perturbation import VISION_FRACTIONS, perturbation_masks
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "perturbed_logits",
+           "vision_perturbation_curves"]
+
+#: timm's IMAGENET_DEFAULT_MEAN / _STD (what the official code normalises with).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Normalization = Callable[[torch.Tensor], torch.Tensor] | tuple[Sequence[float], Sequence[float]] | None
+
+
+def resolve_normalization(model: torch.nn.Module, normalize: Normalization = None
+                          ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function mapping raw ``[N, 3, H, W]`` pixels in [0, 1] to the model's input.
+
+    ``normalize``: a callable (used as is), a ``(mean, std)`` pair, or None = the model's timm
+    ``pretrained_cfg`` mean/std when it has them, else ImageNet mean/std.
+    """
+    if callable(normalize):
+        return normalize
+    if normalize is None:
+        cfg = getattr(model, "pretrained_cfg", None) or {}
+        mean, std = cfg.get("mean", IMAGENET_MEAN), cfg.get("std", IMAGENET_STD)
+    else:
+        try:
+            mean, std = normalize
+        except (TypeError, ValueError):
+            raise BadInputError(f"normalize={normalize!r} is neither a callable nor a (mean, std) pair",
+                                "pass e.g. ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) or None") from None
+    mean_t = torch.tensor([float(v) for v in mean], dtype=torch.float32)
+    std_t = torch.tensor([float(v) for v in std], dtype=torch.float32)
+    if mean_t.numel() != std_t.numel() or bool((std_t <= 0).any()):
+        raise BadInputError(f"bad normalisation mean={tuple(mean)} std={tuple(std)}",
+                            "pass one mean and one positive std per channel")
+
+    def _normalize(x: torch.Tensor) -> torch.Tensor:
+        m = mean_t.to(x.device, x.dtype).view(1, -1, 1, 1)
+        s = std_t.to(x.device, x.dtype).view(1, -1, 1, 1)
+        return (x - m) / s
+
+    return _normalize
+
+
+def _model_device_dtype(model: torch.nn.Module, fallback: torch.Tensor) -> tuple[torch.device, torch.dtype]:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.device, p.dtype
+    return fallback.device, torch.float32
+
+
+def _check_inputs(model, images, maps) -> tuple[torch.Tensor, torch.Tensor]:
+    if getattr(model, "training", False):
+        raise BadInputError("the model is in training mode (dropout would make the curves random)",
+                            "call model.eval() before evaluating")
+    if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != 3:
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise BadInputError(f"images have shape {shape}, expected [B, 3, H, W]",
+                            "pass raw RGB pixels in [0, 1] (before normalisation)")
+    if images.shape[0] == 0:
+        raise BadInputError("images is an empty batch", "pass at least one image")
+    if bool((images.min() < 0) | (images.max() > 1)):
+        raise BadInputError(f"images hold values in [{float(images.min()):.3g}, {float(images.max()):.3g}],"
+                            " expected raw pixels in [0, 1]",
+                            "pass un-normalised images; the model's normalisation is applied here")
+    maps = as_map_batch(maps)
+    if maps.shape[0] != images.shape[0] or maps.shape[1:] != images.shape[2:]:
+        raise BadInputError(f"maps have shape {tuple(maps.shape)} but images {tuple(images.shape)}",
+                            "pass one [H, W] map per image at the image resolution")
+    return images, maps
+
+
+@torch.inference_mode()
+def _forward(model, normalize, images: torch.Tensor, device, dtype) -> torch.Tensor:
+    out = model(normalize(images.to(device=device, dtype=torch.float32)).to(dtype))
+    if isinstance(out, (tuple, list)):  # e.g. distilled heads
+        out = out[0]
+    if out.dim() != 2:
+        raise BadInputError(f"the model returned shape {tuple(out.shape)}, expected logits [N, classes]",
+                            "pass a classifier whose forward returns logits")
+    return out.float()
+
+
+def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.Tensor, positive: bool = True, *,
+                     normalize: Normalization = None, batch_size: int | None = None,
+                     include_original: bool = False, fractions: tuple[float, ...] = VISION_FRACTIONS,
+                     progress: bool = False) -> torch.Tensor:
+    """Logits of the perturbed images, float32 ``[B, S, C]`` for the ``S`` steps (9 by default).
+
+    With ``include_original=True`` the unperturbed image is step 0 of ``S + 1``, evaluated in the same
+    stacked forwards. ``batch_size``: the most images per forward (None = all in one forward).
+    """
+    images, maps = _check_inputs(model, images, maps)
+    if batch_size is not None and batch_size < 1:
+        raise BadInputError(f"batch_size={batch_size}", "pass a positive number of images per forward, or None")
+    norm = resolve_normalization(model, normalize)
+    device, dtype = _model_device_dtype(model, images)
+    removed = perturbation_masks(maps.to(images.device), positive, fractions)  # [B, S, H, W]
+    if include_original:
+        removed = torch.cat([torch.zeros_like(removed[:, :1]), removed], dim=1)
+    n_images, n_steps = removed.shape[:2]
+    total = n_images * n_steps
+    chunk = total if batch_size is None else batch_size
+    outputs = []
+    starts = range(0, total, chunk)
+    if progress:
+        from tqdm.auto import tqdm
+        starts = tqdm(starts, desc="perturbation forwards", unit="chunk")
+    for start in starts:
+        idx = torch.arange(start, min(start + chunk, total), device=removed.device)
+        img_idx, step_idx = idx // n_steps, idx % n_steps
+        keep = (~removed[img_idx, step_idx]).unsqueeze(1).to(images.dtype)  # [n, 1, H, W]
+        outputs.append(_forward(model, norm, images[img_idx] * keep, device, dtype))
+    logits = torch.cat(outputs, dim=0)
+    return logits.reshape(n_images, n_steps, -1).cpu()
+
+
+def vision_perturbation_curves(model, images, maps, labels=None, positive=True, *, normalize=None,
+                               batch_size=None) -> torch.Tensor:
+    """Per-sample 0/1 perturbation curves ``[B, 9]`` at ``p = 0.1, ..., 0.9`` (PROTOCOL.md section 3).
+
+    ``model``: a classifier (timm / torch module) taking normalised images, in eval mode. ``images``:
+    ``[B, 3, H, W]`` raw pixels in [0, 1]. ``maps``: ``[B, H, W]`` relevance (ReLU'd and min-max normalised
+    here). ``labels``: None -> agreement with the model's original prediction ("predicted"), else ``[B]``
+    class indices -> top-1 accuracy ("target"). ``positive``: remove the most (True) or least (False)
+    relevant pixels first. ``normalize``: callable or ``(mean, std)``; default = the model's
+    ``pretrained_cfg`` mean/std, else ImageNet. ``batch_size``: most images per forward (None = one forward
+    for all ``B * 9`` (+ ``B`` originals) images).
+    """
+    if labels is not None:
+        labels = torch.as_tensor(labels).reshape(-1).cpu()
+        n = images.shape[0] if isinstance(images, torch.Tensor) else -1
+        if labels.numel() != n or labels.is_floating_point() or labels.dtype == torch.bool:
+            raise BadInputError(f"labels must be {n} integer class indices, got {labels.dtype} "
+                                f"{tuple(labels.shape)}", "pass one class index per image, or None")
+    logits = perturbed_logits(model, images, maps, positive, normalize=normalize, batch_size=batch_size,
+                              include_original=labels is None)
+    n_classes = logits.shape[-1]
+    if labels is None:
+        reference = logits[:, 0].argmax(dim=-1)
+        logits = logits[:, 1:]
+    else:
+        if bool((labels < 0).any() | (labels >= n_classes).any()):
+            raise BadInputError(f"labels {labels.tolist()[:8]} out of range for {n_classes} classes",
+                                "pass class indices of the model's output")
+        reference = labels.long()
+    return (logits.argmax(dim=-1) == reference[:, None]).float()

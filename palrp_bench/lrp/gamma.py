@@ -1,0 +1,179 @@
+"""The generalised LRP gamma rule as a forward-identical autograd op (PROTOCOL.md section 1; DESIGN.md table,
+row "linear / conv in ViTs").
+
+The rule (Montavon et al. 2019, "Layer-wise relevance propagation: an overview", generalised to signed inputs by
+Andeol et al. 2021; the form Zennit >= 0.5 implements as ``zennit.rules.Gamma``, which the official PA-LRP vision
+code applies to the head and MLP linears with ``gamma = 0.05`` and to the patch-embedding conv with
+``gamma = 100``). For an affine map ``z_j = sum_i x_i w_ji + b_j`` and ``gamma >= 0``, write
+``w+ = max(w, 0)``, ``w- = min(w, 0)`` (likewise ``x+``, ``x-``, ``b+``, ``b-``) and::
+
+    w_up   = w + gamma * w+          w_down = w + gamma * w-
+
+    output z_j > 0:  D+_j = sum_i (x+_i w_up_ji + x-_i w_down_ji) + b_j + gamma * b+_j
+                     R_i += (x+_i w_up_ji + x-_i w_down_ji) / D+_j * R_j
+    output z_j < 0:  D-_j = sum_i (x+_i w_down_ji + x-_i w_up_ji) + b_j + gamma * b-_j
+                     R_i += (x+_i w_down_ji + x-_i w_up_ji) / D-_j * R_j
+    output z_j = 0:  nothing flows.
+
+Contributions that have the sign of the output are amplified by ``1 + gamma``; the bias share
+``(b_j + gamma * b+-_j) / D_j * R_j`` is absorbed (so the rule conserves exactly when the bias is zero).
+``gamma = 0`` is the epsilon rule with ``eps -> 0`` (plain Gradient x Input). Because ``|D+-_j| >= |z_j|`` (every
+added term has the sign of the output) the denominators never vanish where relevance flows, so no stabiliser is
+needed; ``stabilizer > 0`` adds Zennit's sign-aware ``eps`` (Zennit's default is ``1e-6``) for bit-level
+comparisons with it.
+
+Gradient x Input form (DESIGN.md): the op's forward is exactly ``F.linear`` / ``F.conv2d``; its backward receives
+``g = dL/dz`` and, since ``R_j = z_j * g_j`` in this framework, returns the modified gradient::
+
+    s+_j = [z_j > 0] z_j g_j / D+_j         s-_j = [z_j < 0] z_j g_j / D-_j
+    grad_i = (s+ @ w_up  + s- @ w_down)_i   where x_i > 0
+             (s+ @ w_down + s- @ w_up )_i   where x_i < 0      (0 where x_i = 0)
+
+so that ``x * grad`` is exactly the gamma-rule relevance of the input. Weights and bias receive no gradient (they
+are not relevance sinks and the wrapped model's ``.grad`` stays untouched).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["gamma_linear", "gamma_conv2d", "gamma_module"]
+
+_Affine = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+_InputGrad = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _stabilise(d: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zennit's stabiliser: ``d + eps * sign(d)`` with ``sign(0) = +1``."""
+    if eps == 0.0:
+        return d
+    return d + ((d == 0).to(d) + d.sign()) * eps
+
+
+def _gamma_input_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor,
+                      grad_z: torch.Tensor, gamma: float, stabilizer: float, affine: _Affine,
+                      input_grad: _InputGrad) -> torch.Tensor:
+    """Modified input gradient of the generalised gamma rule (module docstring) for any affine op.
+
+    ``affine(x, w, b)`` is the op with modified parameters; ``input_grad(s, w)`` is its vector-Jacobian product with
+    respect to the input (``s @ w`` for a linear map, a transposed convolution for a conv).
+    """
+    w_up = weight + gamma * weight.clamp(min=0)
+    w_down = weight + gamma * weight.clamp(max=0)
+    b_up = None if bias is None else bias + gamma * bias.clamp(min=0)
+    b_down = None if bias is None else bias + gamma * bias.clamp(max=0)
+    x_pos = x.clamp(min=0)
+    x_neg = x.clamp(max=0)
+    d_pos = affine(x_pos, w_up, b_up) + affine(x_neg, w_down, None)
+    d_neg = affine(x_pos, w_down, b_down) + affine(x_neg, w_up, None)
+    relevance = z * grad_z
+    is_pos = z > 0
+    is_neg = z < 0
+    one = torch.ones_like(d_pos)
+    s_pos = torch.where(is_pos, relevance / torch.where(is_pos, _stabilise(d_pos, stabilizer), one),
+                        torch.zeros_like(relevance))
+    s_neg = torch.where(is_neg, relevance / torch.where(is_neg, _stabilise(d_neg, stabilizer), one),
+                        torch.zeros_like(relevance))
+    grad_pos_inputs = input_grad(s_pos, w_up) + input_grad(s_neg, w_down)
+    grad_neg_inputs = input_grad(s_pos, w_down) + input_grad(s_neg, w_up)
+    zero = torch.zeros_like(x)
+    return torch.where(x > 0, grad_pos_inputs, torch.where(x < 0, grad_neg_inputs, zero))
+
+
+class _GammaLinear(torch.autograd.Function):
+    """``F.linear`` forward; generalised gamma rule backward (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, gamma: float, stabilizer: float):  # noqa: D401
+        z = F.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight, bias, z)
+        ctx.gamma = gamma
+        ctx.stabilizer = stabilizer
+        return z
+
+    @staticmethod
+    def backward(ctx, grad_z):
+        x, weight, bias, z = ctx.saved_tensors
+        grad_x = _gamma_input_grad(x, weight, bias, z, grad_z, ctx.gamma, ctx.stabilizer,
+                                   affine=F.linear, input_grad=lambda s, w: s @ w)
+        return grad_x, None, None, None, None
+
+
+class _GammaConv2d(torch.autograd.Function):
+    """``F.conv2d`` forward; generalised gamma rule backward (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, gamma: float, stabilizer: float, stride, padding, dilation, groups):
+        z = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        ctx.save_for_backward(x, weight, bias, z)
+        ctx.gamma = gamma
+        ctx.stabilizer = stabilizer
+        ctx.conv = (stride, padding, dilation, groups)
+        return z
+
+    @staticmethod
+    def backward(ctx, grad_z):
+        x, weight, bias, z = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conv
+
+        def affine(inp, w, b):
+            return F.conv2d(inp, w, b, stride, padding, dilation, groups)
+
+        def input_grad(s, w):
+            return torch.nn.grad.conv2d_input(x.shape, w, s, stride, padding, dilation, groups)
+
+        grad_x = _gamma_input_grad(x, weight, bias, z, grad_z, ctx.gamma, ctx.stabilizer, affine, input_grad)
+        return grad_x, None, None, None, None, None, None, None, None
+
+
+def _check_gamma(gamma: float) -> float:
+    gamma = float(gamma)
+    if not gamma >= 0.0:
+        raise ValueError(f"gamma must be >= 0 for the gamma rule, got {gamma}")
+    return gamma
+
+
+def gamma_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gamma: float, *,
+                 stabilizer: float = 0.0) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` whose backward is the generalised gamma rule (module docstring).
+
+    Relevance reaching the output as ``z * grad_z`` leaves through ``x * grad_x`` redistributed by the rule.
+    """
+    gamma = _check_gamma(gamma)
+    if not x.requires_grad:
+        return F.linear(x, weight, bias)
+    return _GammaLinear.apply(x, weight.detach(), None if bias is None else bias.detach(), gamma, float(stabilizer))
+
+
+def gamma_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gamma: float, *,
+                 stride=1, padding=0, dilation=1, groups: int = 1, stabilizer: float = 0.0) -> torch.Tensor:
+    """``F.conv2d(x, weight, bias, stride, padding, dilation, groups)`` with the generalised gamma rule backward.
+
+    Works for any stride / padding / dilation / groups (overlapping receptive fields included): the rule is applied
+    per output position and the input gradients of overlapping windows add up, as in Zennit.
+    """
+    gamma = _check_gamma(gamma)
+    if isinstance(padding, str):
+        raise ValueError(f"gamma_conv2d needs numeric padding, got {padding!r}")
+    if not x.requires_grad:
+        return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return _GammaConv2d.apply(x, weight.detach(), None if bias is None else bias.detach(), gamma, float(stabilizer),
+                              stride, padding, dilation, groups)
+
+
+def gamma_module(module: nn.Module, x: torch.Tensor, gamma: float | None) -> torch.Tensor:
+    """Call an ``nn.Linear`` / ``nn.Conv2d`` ``module`` on ``x`` under the gamma rule (``gamma=None``: call the module
+    itself, i.e. the epsilon rule with ``eps -> 0``; any linear implementation, e.g. bitsandbytes, works then)."""
+    if gamma is None:
+        return module(x)
+    if isinstance(module, nn.Conv2d):
+        if module.padding_mode != "zeros":
+            raise ValueError(f"gamma rule supports zero-padded convolutions only, got {module.padding_mode!r}")
+        return gamma_conv2d(x, module.weight, module.bias, gamma, stride=module.stride, padding=module.padding,
+                            dilation=module.dilation, groups=module.groups)
+    if isinstance(module, nn.Linear) and type(module.weight) is nn.Parameter:
+        return gamma_linear(x, module.weight, module.bias, gamma)
+    raise ValueError(f"the gamma rule needs a plain nn.Linear or nn.Conv2d, got {type(module).__name__}")

@@ -1,0 +1,51 @@
+"""The shipped config tree as a catalog: group files loaded by name and validated against their schema.
+
+An experiment lists several models / tasks / methods by name; the runner loads each one's group file here
+(``palrp_bench/configs/<group>/<name>.yaml``) instead of asking Hydra to compose it, and validates it with the
+dataclass of :mod:`palrp_bench.runner.schema`. Unknown names raise a one-line :class:`BadInputError` listing
+the available ones.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import BadInputError
+from .schema import GROUP_SCHEMAS
+
+#: the Hydra config tree shipped inside the package (the repository's top-level ``configs/`` points here)
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def available(group: str) -> list[str]:
+    """Names of the options of a config group (``model``, ``task``, ``method``, ``metric``, ``experiment``)."""
+    if group not in GROUP_SCHEMAS:
+        raise BadInputError(f"unknown config group {group!r}", f"use one of: {', '.join(GROUP_SCHEMAS)}")
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def check_name(group: str, name: str) -> None:
+    """Raise a one-line :class:`BadInputError` if ``name`` is not an option of ``group``."""
+    names = available(group)
+    if name not in names:
+        raise BadInputError(f"unknown {group} {name!r}", f"use one of: {', '.join(names)}")
+
+
+@lru_cache(maxsize=None)
+def _load(group: str, name: str) -> DictConfig:
+    check_name(group, name)
+    schema = OmegaConf.structured(GROUP_SCHEMAS[group])
+    try:
+        node = OmegaConf.merge(schema, OmegaConf.load(CONFIG_DIR / group / f"{name}.yaml"))
+    except Exception as err:  # a broken shipped file is a bug, but say which file
+        raise BadInputError(f"invalid config {group}/{name}.yaml: {str(err).splitlines()[0]}",
+                            f"fix {CONFIG_DIR / group / (name + '.yaml')}") from None
+    OmegaConf.set_readonly(node, True)
+    return node
+
+
+def load(group: str, name: str) -> DictConfig:
+    """The validated, read-only config of option ``name`` of ``group``."""
+    return _load(group, name)

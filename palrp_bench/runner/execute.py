@@ -1,0 +1,177 @@
+"""Running one job (one shard of one cell): load, select, skip what is stored, evaluate, append.
+
+DESIGN.md "Data flow of one run": per shard: load model + dataset shard -> batches -> explain -> scores ->
+protocol -> per-sample rows appended to the shard's store. Resume is implicit: samples stored by ANY earlier
+run of the cell (whatever its sharding) are skipped, so a killed job restarted with the same command computes
+only what is missing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import BadInputError
+from .bundles import BundleCache
+from .plan import Job
+from .selection import select_samples
+from .sharding import batches, shard_of
+from .store import ExplanationCache, ShardStore, encode_record, stored_sample_ids
+from .tasks import JobContext, adapter_for
+
+log = logging.getLogger("palrp_bench.runner")
+
+
+@dataclass
+class JobReport:
+    """What a job did (also written to ``<store>.status.json``)."""
+
+    job: str
+    status: str
+    device: str
+    n_selected: int = 0
+    n_shard: int = 0
+    n_skipped: int = 0
+    n_computed: int = 0
+    n_nonfinite: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """Write JSON to a temporary name, fsync, rename (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def ensure_cell_record(job: Job, run_dir: Path) -> None:
+    """Write ``cell.json`` or check that the stored one describes the same settings (else resuming would mix
+    numbers of different configurations in one table)."""
+    cell = job.cell
+    path = cell.directory(run_dir) / "cell.json"
+    record = cell.describe()
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("fingerprint") != record["fingerprint"]:
+            changed = _changed_keys(stored.get("settings", {}), record["settings"])
+            raise BadInputError(f"run dir {run_dir} already holds results of {cell.key} with other settings "
+                                f"(changed: {', '.join(changed) or 'unknown'})",
+                                "use a new run_dir, or the same settings to resume")
+        return
+    write_json_atomic(path, record)
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += _changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+class _Progress:
+    """A tqdm bar (samples done, rate, ETA) or, in quiet mode, a log line every ``log_every`` samples."""
+
+    def __init__(self, job: Job, total: int, quiet: bool, log_every: int, position: int):
+        self.quiet, self.log_every, self.total, self.done = quiet, max(1, log_every), total, 0
+        self.name = job.name
+        self.t0 = time.monotonic()
+        self.bar = None if quiet else tqdm(total=total, desc=job.name, unit="sample", position=position,
+                                           leave=True, dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        before = self.done
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.done // self.log_every != before // self.log_every or self.done == self.total:
+            rate = self.done / max(time.monotonic() - self.t0, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            log.info("%s: %d/%d samples (%.2f/s, ETA %.0fs)", self.name, self.done, self.total, rate, eta)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet: bool = False,
+            log_every: int = 50, position: int = 0) -> JobReport:
+    """Execute one job; returns what it did. User errors propagate as :class:`~palrp_bench.errors.PalrpError`
+    after the status file records them (stored samples are never lost)."""
+    run_dir = Path(run_dir)
+    t0 = time.monotonic()
+    report = JobReport(job.name, "running", device)
+    status_path = job.status_path(run_dir)
+    status = {"job": job.name, "cell": job.cell.key, "shard": job.shard, "n_shards": job.n_shards,
+              "device": device, "host": socket.gethostname(), "pid": os.getpid(), "status": "running",
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        ensure_cell_record(job, run_dir)
+        write_json_atomic(status_path, status)
+        cell_dir = job.cell.directory(run_dir)
+        adapter = adapter_for(job.cell.task.kind)
+        bundle = bundles.get(job.cell.model, device)
+        cache = ExplanationCache(cell_dir / "explanations") if job.cache_explanations else None
+        ctx = JobContext(job.cell, device, cache, log)
+        pool = adapter.load_samples(job.cell.task, bundle)
+        selected = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples)
+        order = {s.sample_id: i for i, s in enumerate(selected)}
+        mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
+        done = stored_sample_ids(cell_dir)
+        todo = [s for s in mine if s.sample_id not in done]
+        report.n_selected, report.n_shard = len(selected), len(mine)
+        report.n_skipped = len(mine) - len(todo)
+        if report.n_skipped:
+            log.info("%s: %d of %d samples already stored, computing %d", job.name, report.n_skipped, len(mine),
+                     len(todo))
+        progress = _Progress(job, len(todo), quiet, log_every, position)
+        try:
+            with ShardStore(job.store_path(run_dir)) as store:
+                for batch in batches(todo, job.batch_size):
+                    results = adapter.evaluate(bundle, list(batch), ctx)
+                    if [r.sample_id for r in results] != [s.sample_id for s in batch]:
+                        raise RuntimeError(f"task adapter for {job.cell.task.kind.value} returned results out of "
+                                           "order or incomplete")  # a programming error, not a user one
+                    for result in results:
+                        if cache is not None and result.explanation is not None:
+                            cache.save(result.sample_id, result.explanation)
+                        store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
+                                                   result.info))
+                        report.n_computed += 1
+                        report.n_nonfinite += int(result.nonfinite)
+                        if result.nonfinite:
+                            log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)", job.name,
+                                        result.sample_id)
+                    progress.update(len(results))
+        finally:
+            progress.close()
+        report.status = "done"
+    except BaseException as err:
+        report.status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+        report.error = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise
+    finally:
+        report.seconds = round(time.monotonic() - t0, 3)
+        status.update(status=report.status, finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      n_selected=report.n_selected, n_shard=report.n_shard, n_skipped=report.n_skipped,
+                      n_computed=report.n_computed, n_nonfinite=report.n_nonfinite, seconds=report.seconds,
+                      error=report.error)
+        try:
+            write_json_atomic(status_path, status)
+        except OSError:  # pragma: no cover - the run dir vanished; the original error matters more
+            pass
+    return report

@@ -1,0 +1,208 @@
+"""From the config to the job list (DESIGN.md "Data flow of one run": config -> model x task x method x shard).
+
+A *cell* is one (model, task, method) with the evaluation protocols it runs and the settings that change its
+numbers. A *job* is one shard of a cell. Cells come from the experiment (``experiment=table1``); ``model=``,
+``task=``, ``method=`` and ``metric=`` on the command line either name a single cell (all of model, task and
+method given) or filter the experiment's cells.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import BadInputError
+from . import catalog
+from .schema import ModelConfig, TaskConfig
+from .sharding import check_shard
+from .store import store_name
+
+
+def _plain(value):
+    """Dataclass / enum / OmegaConf values as plain JSON-able data (enums by value)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, DictConfig):
+        return _plain(OmegaConf.to_container(value, resolve=True, enum_to_str=True))
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class Cell:
+    """One (model, task, method) cell of a table and everything that determines its per-sample numbers."""
+
+    model: ModelConfig
+    task: TaskConfig
+    method: str
+    metrics: tuple[str, ...]
+    protocol: str
+    aggregation: str
+    rules: str | None
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.model.name}/{self.task.name}/{self.method}"
+
+    def directory(self, run_dir: Path) -> Path:
+        return Path(run_dir) / "cells" / self.model.name / self.task.name / self.method
+
+    def settings(self) -> dict:
+        """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
+        refused). Which samples are evaluated (pool size, selection count, ``max_samples``, sharding) and the
+        batch size are deliberately left out: they never change a sample's numbers."""
+        model = _plain(self.model)
+        model.pop("paper_name", None)
+        task = _plain(self.task)
+        for key in ("pool_size", "select_count", "paper_task"):
+            task.pop(key, None)
+        task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
+        return {"model": model, "task": task, "method": self.method, "metrics": list(self.metrics),
+                "protocol": self.protocol, "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> dict:
+        """Self-describing record of the cell (``cell.json``, manifest)."""
+        return {"key": self.key, "model": self.model.name, "task": self.task.name, "method": self.method,
+                "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
+                "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
+                "protocol": self.protocol, "aggregation": self.aggregation, "rules": self.rules,
+                "fingerprint": self.fingerprint(), "settings": self.settings()}
+
+
+@dataclass
+class Job:
+    """One shard of one cell: what a worker process (or a SLURM array element) executes."""
+
+    cell: Cell
+    shard: int
+    n_shards: int
+    max_samples: int | None = None
+    batch_size: int = 8
+    cache_explanations: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell.key}#{self.shard}/{self.n_shards}"
+
+    def store_path(self, run_dir: Path) -> Path:
+        return self.cell.directory(run_dir) / store_name(self.shard, self.n_shards)
+
+    def status_path(self, run_dir: Path) -> Path:
+        return self.store_path(run_dir).with_suffix(".status.json")
+
+
+def _to_object(node, schema):
+    return node if isinstance(node, schema) else OmegaConf.to_object(node)
+
+
+def _metric_applies(metric: str, task: TaskConfig) -> bool:
+    return task.kind in catalog.load("metric", metric).applies_to
+
+
+def plan_cells(cfg: DictConfig) -> list[Cell]:
+    """The cells of this invocation (see the module docstring), validated: every name exists, every metric
+    applies to its task, the rules override is a known composite."""
+    from ..methods.registry import get_method
+
+    chosen = {g: cfg[g].name for g in ("model", "task", "method") if cfg.get(g) is not None}
+    metric_choice = cfg.metric.name if cfg.get("metric") is not None else None
+    if cfg.rules is not None:
+        from ..lrp.composites import get_composite
+
+        get_composite(cfg.rules)
+
+    triples: list[tuple[str, str, str, tuple[str, ...]]] = []
+    if len(chosen) == 3:
+        triples.append((chosen["model"], chosen["task"], chosen["method"], ()))
+    else:
+        for block in cfg.experiment.cells:
+            for m in block.models:
+                for t in block.tasks:
+                    for me in block.methods:
+                        triples.append((m, t, me, tuple(block.metrics)))
+        wanted = {"model": 0, "task": 1, "method": 2}
+        triples = [c for c in triples if all(c[wanted[g]] == v for g, v in chosen.items())]
+        if not triples:
+            given = " ".join(f"{g}={v}" for g, v in chosen.items())
+            raise BadInputError(f"no cell of experiment {cfg.experiment.name!r} matches {given}",
+                                "give all of model=, task= and method= to run a single cell, or choose the "
+                                f"experiment that contains it ({', '.join(catalog.available('experiment'))})")
+
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for model_name, task_name, method_name, block_metrics in triples:
+        model = _to_object(cfg.model, ModelConfig) if "model" in chosen else catalog.load("model", model_name)
+        task = _to_object(cfg.task, TaskConfig) if "task" in chosen else catalog.load("task", task_name)
+        model = _to_object(model, ModelConfig)
+        task = _to_object(task, TaskConfig)
+        get_method(method_name)
+        metrics = tuple(block_metrics) or tuple(task.metrics)
+        for metric in metrics:
+            catalog.check_name("metric", metric)
+            if not _metric_applies(metric, task):
+                raise BadInputError(f"metric {metric!r} does not apply to task {task.name!r} ({task.kind.value})",
+                                    "remove it from the experiment / task metrics")
+        if metric_choice is not None:
+            catalog.check_name("metric", metric_choice)
+            if not _metric_applies(metric_choice, task):
+                if len(chosen) == 3:
+                    raise BadInputError(f"metric {metric_choice!r} does not apply to task {task.name!r}",
+                                        "choose a metric of that task: " + ", ".join(task.metrics))
+                continue
+            metrics = (metric_choice,)
+        if not metrics:
+            raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
+        cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=cfg.protocol.value
+                    if isinstance(cfg.protocol, Enum) else str(cfg.protocol),
+                    aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
+                    rules=cfg.rules, seed=int(cfg.seed))
+        if cell.key in seen:
+            continue
+        seen.add(cell.key)
+        cells.append(cell)
+    if not cells:
+        raise BadInputError(f"metric={metric_choice} applies to none of the selected cells",
+                            "choose a metric that fits the tasks (see configs/metric/)")
+    return cells
+
+
+def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
+    """Every (cell, shard) job of this invocation, grouped by model so a worker loads each model once.
+
+    ``runner.n_shards`` defaults to the number of workers; ``runner.shard`` restricts the list to one shard
+    index (a SLURM array element runs exactly one)."""
+    runner = cfg.runner
+    n_shards = runner.n_shards if runner.n_shards is not None else max(1, n_workers)
+    if runner.shard is not None:
+        if runner.n_shards is None:
+            raise BadInputError("runner.shard is set but runner.n_shards is not",
+                                "give both, e.g. runner.n_shards=8 runner.shard=3")
+        check_shard(int(runner.shard), int(n_shards))
+        shards = [int(runner.shard)]
+    else:
+        check_shard(0, int(n_shards))
+        shards = list(range(int(n_shards)))
+    if runner.max_samples is not None and runner.max_samples < 1:
+        raise BadInputError(f"runner.max_samples must be >= 1, got {runner.max_samples}",
+                            "set a positive cap or leave it unset (null) for every sample")
+    if runner.batch_size < 1:
+        raise BadInputError(f"runner.batch_size must be >= 1, got {runner.batch_size}",
+                            "set runner.batch_size to a positive integer")
+    jobs = [Job(cell, s, int(n_shards), runner.max_samples, int(runner.batch_size), bool(runner.cache_explanations))
+            for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
+            for s in shards]
+    return jobs

@@ -1,0 +1,261 @@
+"""Typed schemas of the Hydra configuration (structured configs registered in Hydra's ConfigStore).
+
+Every group file under ``palrp_bench/configs/<group>/`` is validated against one dataclass here, so a typo in a
+key (``runner.batchsize=4``) or a wrong type (``runner.batch_size=abc``) or a value outside an enum
+(``protocol=offical``) stops ``palrp-bench`` at start-up with OmegaConf's message naming the key and, for enums,
+the allowed values. The same dataclasses validate the group files the runner loads by name when an experiment
+lists several models / tasks / methods (:mod:`palrp_bench.runner.catalog`).
+
+DESIGN.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+class Mode(Enum):
+    """What ``palrp-bench`` does: run the jobs (then merge), only print the job plan, or build the report."""
+
+    run = "run"
+    plan = "plan"
+    report = "report"
+
+
+class Protocol(Enum):
+    """PROTOCOL.md preamble: ``official`` follows the official code; ``corrected`` turns the named fixes on."""
+
+    official = "official"
+    corrected = "corrected"
+
+
+class Aggregation(Enum):
+    """PROTOCOL.md section 1: the official token aggregation or the paper's Eq. 11."""
+
+    official = "official"
+    eq11 = "eq11"
+
+
+class DType(Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float64 = "float64"
+
+
+class Quantization(Enum):
+    none = "none"
+    nf4 = "nf4"
+
+
+class Family(Enum):
+    """How a model is loaded (:mod:`palrp_bench.runner.bundles`)."""
+
+    selftest = "selftest"      # no network at all: the harness self-test (deterministic arithmetic)
+    llama = "llama"            # Hugging Face LLaMA family (hub id or local folder), optional NF4
+    deit = "deit"              # timm DeiT / ViT (timm name or local checkpoint)
+    tiny_text = "tiny_text"    # embedded tiny LLaMA shipped with the package
+    tiny_vit = "tiny_vit"      # embedded tiny ViT shipped with the package
+
+
+class ModelKind(Enum):
+    causal = "causal"
+    classifier = "classifier"
+    vit = "vit"
+    none = "none"
+
+
+class TaskKind(Enum):
+    """Which adapter of :mod:`palrp_bench.runner.tasks` evaluates the task."""
+
+    selftest = "selftest"
+    text_classification = "text_classification"   # IMDB (Tables 1, 2), embedded synthetic sentiment
+    next_token = "next_token"                     # ARC-Easy MCQA, Wikipedia (Table 3), embedded synthetic
+    image_classification = "image_classification"  # ImageNet-val perturbation (Table 4), Appendix F
+    image_segmentation = "image_segmentation"     # ImageNet-segmentation (Table 5)
+
+
+class Selection(Enum):
+    """Which dataset samples are evaluated (PROTOCOL.md section 2).
+
+    * ``all``: every sample of the pool (up to ``select_count`` if set).
+    * ``correct_only``: only correctly predicted samples, the first ``select_count`` of them (MCQA).
+    * ``until_correct``: every sample in pool order up to and including the ``select_count``-th correct
+      prediction (IMDB: "stop after 1000 correct predictions, all processed samples count").
+    """
+
+    all = "all"
+    correct_only = "correct_only"
+    until_correct = "until_correct"
+
+
+class Interval(Enum):
+    """Confidence interval of a reported mean (:mod:`palrp_bench.report.stats`)."""
+
+    bootstrap = "bootstrap"
+    t = "t"
+
+
+@dataclass
+class ModelConfig:
+    """``configs/model/<name>.yaml``."""
+
+    name: str = MISSING
+    family: Family = MISSING
+    kind: ModelKind = ModelKind.none
+    #: hub id, timm name, local folder / checkpoint, or the embedded model's kind
+    source: str = ""
+    #: tokenizer hub id or folder (text models; defaults to ``source``)
+    tokenizer: Optional[str] = None
+    dtype: DType = DType.float32
+    quantization: Quantization = Quantization.none
+    #: the model is too large for a CPU run in reasonable time; preflight refuses ``runner.devices=[auto]``
+    #: without a GPU (an explicit ``runner.devices=[cpu]`` still runs it)
+    needs_gpu: bool = False
+    #: how the paper's tables call the model (report captions)
+    paper_name: str = ""
+
+
+@dataclass
+class TaskConfig:
+    """``configs/task/<name>.yaml``."""
+
+    name: str = MISSING
+    kind: TaskKind = MISSING
+    #: dataset loader of :mod:`palrp_bench.data` (``imdb``, ``arc``, ``wikipedia``, ``imagenet``,
+    #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``) or ``selftest``
+    dataset: str = MISSING
+    #: local data path (IMDB CSV, ImageNet folder, ``gtsegs_ijcv.mat``); None for hub datasets / embedded data
+    path: Optional[str] = None
+    #: size of the candidate pool in dataset order (IMDB: first 5000 test rows); None = whole dataset
+    pool_size: Optional[int] = None
+    selection: Selection = Selection.all
+    select_count: Optional[int] = None
+    #: evaluation protocols run on every sample (``configs/metric/``)
+    metrics: List[str] = field(default_factory=list)
+    #: the published task this one is compared with in reports (e.g. ``mcqa_noncausal`` -> ``mcqa``)
+    paper_task: Optional[str] = None
+    #: PROTOCOL.md section 2 known defect: non-causal attention for ARC / Wikipedia (off = causal, correct)
+    official_noncausal: bool = False
+    #: extra keyword arguments of the dataset loader / the self-test computation
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodConfig:
+    """``configs/method/<name>.yaml``: a row of the paper's tables (:mod:`palrp_bench.methods.registry`)."""
+
+    name: str = MISSING
+
+
+@dataclass
+class MetricConfig:
+    """``configs/metric/<name>.yaml``: one evaluation protocol; ``metric=<name>`` restricts a run to it."""
+
+    name: str = MISSING
+    #: task kinds the protocol applies to
+    applies_to: List[TaskKind] = field(default_factory=list)
+    description: str = ""
+
+
+@dataclass
+class CellBlock:
+    """A product block of an experiment: every model x task x method listed here is one cell."""
+
+    models: List[str] = field(default_factory=list)
+    tasks: List[str] = field(default_factory=list)
+    methods: List[str] = field(default_factory=list)
+    #: evaluation protocols of these cells; empty = each task's ``metrics``
+    metrics: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ExperimentConfig:
+    """``configs/experiment/<name>.yaml``: which cells a paper table needs."""
+
+    name: str = MISSING
+    description: str = ""
+    #: the paper table(s) the report compares against (``results/paper/<table>.csv``); empty = none
+    tables: List[str] = field(default_factory=list)
+    cells: List[CellBlock] = field(default_factory=list)
+
+
+@dataclass
+class RunnerConfig:
+    """How jobs are executed (DESIGN.md "Sharding")."""
+
+    #: ``[auto]`` (all visible CUDA devices, else the CPU), ``[cpu]``, ``[cuda]`` (all GPUs), ``[0, 1]`` or
+    #: ``[cuda:0, cuda:1]``; one worker process per entry when there are several (``[cpu, cpu]`` works too)
+    devices: List[str] = field(default_factory=lambda: ["auto"])
+    #: number of shards per cell; None = one per worker
+    n_shards: Optional[int] = None
+    #: run only this shard index (SLURM array element); None = all shards
+    shard: Optional[int] = None
+    batch_size: int = 8
+    #: cap on the samples of each cell (first N of the selected samples in dataset order); None = all
+    max_samples: Optional[int] = None
+    #: no progress bars (clusters); a log line every ``log_every`` samples instead
+    quiet: bool = False
+    log_every: int = 50
+    #: save per-sample explanations (scores, semantic and positional parts) next to the shard's results
+    cache_explanations: bool = True
+
+
+@dataclass
+class ReportConfig:
+    """How ``mode=report`` (and the summary printed after a run) aggregates per-sample values."""
+
+    interval: Interval = Interval.bootstrap
+    confidence: float = 0.95
+    n_boot: int = 1000
+    #: sample ids whose cached explanations are drawn as heatmaps (empty = the first few of each cell)
+    gallery_ids: List[str] = field(default_factory=list)
+    #: where tables and plots are written; None = ``<run_dir>/report``
+    out_dir: Optional[str] = None
+    #: directory of the published numbers; None = ``results/paper`` of the source checkout
+    paper_dir: Optional[str] = None
+
+
+@dataclass
+class PalrpConfig:
+    """The root config (``configs/config.yaml``)."""
+
+    mode: Mode = Mode.run
+    run_root: str = "runs"
+    run_dir: str = MISSING
+    protocol: Protocol = Protocol.official
+    aggregation: Aggregation = Aggregation.official
+    #: composite overriding every method's default rules (``attnlrp``, ``cp_lrp``, ``official_vit``, ...)
+    rules: Optional[str] = None
+    seed: int = 0
+    #: a single cell or a filter: set by ``model=...``, ``task=...``, ``method=...``, ``metric=...``
+    model: Optional[ModelConfig] = None
+    task: Optional[TaskConfig] = None
+    method: Optional[MethodConfig] = None
+    metric: Optional[MetricConfig] = None
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+
+GROUP_SCHEMAS: dict[str, type] = {
+    "model": ModelConfig,
+    "task": TaskConfig,
+    "method": MethodConfig,
+    "metric": MetricConfig,
+    "experiment": ExperimentConfig,
+}
+
+
+def register_schemas() -> None:
+    """Register the root schema in Hydra's ConfigStore (idempotent).
+
+    ``configs/config.yaml`` lists ``palrp_schema`` first in its defaults, so every group file merged into
+    ``model`` / ``task`` / ... is validated against the typed field of :class:`PalrpConfig` it lands in.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="palrp_schema", node=PalrpConfig)

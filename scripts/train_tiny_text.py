@@ -1,0 +1,138 @@
+"""Train the tiny text models of the embedded synthetic suite and ship them as package assets.
+
+(a) ``LlamaForSequenceClassification`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_classification`
+    (label = a trigger word among the first 8 words), stand-in for the IMDB classifiers of Tables 1-2;
+(b) ``LlamaForCausalLM`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_mcqa` (answer letter of the
+    option holding the queried word, official ARC prompt), stand-in for the LLaMA-3 model of Table 3.
+
+Both: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
+fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
+``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
+safetensors + ``training_report.json``).
+
+    python scripts/train_tiny_text.py              # both models, about a minute each on one CPU core
+    python scripts/train_tiny_text.py --kind cls
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from palrp_bench.data import synthetic_text as st  # noqa: E402
+
+#: Per kind: optimisation steps, batch size, peak learning rate.
+RECIPES: dict[str, dict] = {
+    "cls": {"steps": 1500, "batch_size": 64, "lr": 3e-3},
+    "causal": {"steps": 1500, "batch_size": 64, "lr": 3e-3},
+}
+WARMUP_STEPS = 100
+WEIGHT_DECAY = 0.01
+GRAD_CLIP = 1.0
+HELDOUT = {"split": "test", "seed": 0, "n": 2000}
+
+
+def _schedule(step: int, steps: int) -> float:
+    """Linear warm-up then cosine decay to zero (multiplier of the peak learning rate)."""
+    if step < WARMUP_STEPS:
+        return (step + 1) / WARMUP_STEPS
+    progress = (step - WARMUP_STEPS) / max(1, steps - WARMUP_STEPS)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _batch_loss(kind: str, model, samples) -> torch.Tensor:
+    ids, mask = st.batch_inputs(samples)
+    if kind == "cls":
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        return torch.nn.functional.cross_entropy(logits, torch.tensor([s.label for s in samples]))
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    last = mask.sum(-1) - 1
+    target = torch.tensor([s.meta["answer_token_id"] for s in samples])
+    return torch.nn.functional.cross_entropy(logits[torch.arange(len(samples)), last], target)
+
+
+def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
+    """Train one tiny model from scratch; returns ``(model, report dict)``."""
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = st.tiny_llama_config(kind)
+    model = (LlamaForSequenceClassification if kind == "cls" else LlamaForCausalLM)(config)
+    make = st.make_synthetic_classification if kind == "cls" else st.make_synthetic_mcqa
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
+    # Fresh training samples every step: step k uses train samples k*B .. (k+1)*B - 1 of this seed.
+    pool = make(steps * batch_size, seed=seed, split="train")
+    start = time.perf_counter()
+    model.train()
+    progress = tqdm(range(steps), desc=f"training tiny {kind}")
+    for step in progress:
+        loss = _batch_loss(kind, model, pool[step * batch_size:(step + 1) * batch_size])
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimiser.step()
+        scheduler.step()
+        if step % 50 == 0:
+            progress.set_postfix(loss=f"{loss.item():.4f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+    heldout = make(HELDOUT["n"], seed=HELDOUT["seed"], split=HELDOUT["split"])
+    if kind == "cls":
+        accuracy = st.classification_accuracy(model, heldout)
+    else:
+        accuracy = st.mcqa_accuracy(model, st.build_tiny_tokenizer(), heldout)
+    import transformers
+    report = {
+        "kind": kind,
+        "task": "synthetic classification (early trigger)" if kind == "cls" else "synthetic MCQA (option lookup)",
+        "heldout_accuracy": accuracy,
+        "heldout": dict(HELDOUT),
+        "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
+                  "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP, "final_loss": float(loss.item()),
+                  "seconds": round(seconds, 1), "threads": torch.get_num_threads()},
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+    }
+    return model, report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=["cls", "causal", "both"], default="both", help="which model to train")
+    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and training samples")
+    parser.add_argument("--steps", type=int, default=None, help="override the recipe's number of steps")
+    parser.add_argument("--out-dir", type=Path, default=st.ASSET_DIR, help="asset folder to write")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # reproducible float summation order; the models are tiny anyway
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    st.build_tiny_tokenizer().save_pretrained(str(args.out_dir / "tokenizer"))
+    kinds = ["cls", "causal"] if args.kind == "both" else [args.kind]
+    for kind in kinds:
+        recipe = dict(RECIPES[kind])
+        if args.steps is not None:
+            recipe["steps"] = args.steps
+        model, report = train(kind, args.seed, **recipe)
+        folder = args.out_dir / kind
+        model.save_pretrained(str(folder))
+        (folder / st.REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+        size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
+        print(f"{kind}: held-out accuracy {report['heldout_accuracy']:.4f} on {HELDOUT['n']} samples, "
+              f"{report['train']['seconds']:.0f} s training, {size:.2f} MB in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""Vision perturbation metric pieces (PROTOCOL.md section 3): x100 AUC, step counts, tie-break, masks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from palrp_bench.errors import BadInputError
+from palrp_bench.metrics.auc import VISION_STEPS
+from palrp_bench.metrics.perturbation import (VISION_FRACTIONS, perturbation_auc, perturbation_masks,
+                                              pixel_order, pixel_ranks, step_pixel_counts)
+
+
+def test_grid_and_scale():
+    assert VISION_FRACTIONS == pytest.approx([0.1 * i for i in range(1, 10)], abs=1e-12)
+    assert VISION_STEPS.scale == 100.0
+
+
+def test_auc_by_hand():
+    # all ones: width 0.8 * height 1 * 100 = 80 (the maximum)
+    assert perturbation_auc(np.ones((4, 9))) == pytest.approx(80.0, abs=1e-9)
+    assert perturbation_auc(np.zeros(9)) == 0.0
+    # 1,1,1,1,0,...: three full intervals (0.3) + one half interval (0.05) -> 35 (official 0.35 without x100)
+    assert perturbation_auc([[1, 1, 1, 1, 0, 0, 0, 0, 0]]) == pytest.approx(35.0, abs=1e-9)
+    # the area of the mean curve: two samples, one all ones, one all zeros -> 40
+    assert perturbation_auc(torch.tensor([[1.0] * 9, [0.0] * 9])) == pytest.approx(40.0, abs=1e-9)
+
+
+def test_auc_rejects_the_nlp_grid():
+    with pytest.raises(BadInputError):
+        perturbation_auc(np.ones((2, 11)))
+
+
+def test_step_counts_truncate_like_the_official_code():
+    assert step_pixel_counts(224 * 224) == [5017, 10035, 15052, 20070, 25088, 30105, 35123, 40140, 45158]
+    assert step_pixel_counts(10) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert step_pixel_counts(4) == [0, 0, 1, 1, 2, 2, 2, 3, 3]
+
+
+def _reference_order(values: np.ndarray, positive: bool) -> list[int]:
+    """Slow reference of the documented tie-break: by value, then by flat pixel index ascending."""
+    flat = values.reshape(-1).tolist()
+    sign = -1.0 if positive else 1.0
+    return sorted(range(len(flat)), key=lambda i: (sign * flat[i], i))
+
+
+def test_tie_break_is_pixel_index_ascending_in_both_directions():
+    m = torch.tensor([[[0.0, 2.0, 1.0], [2.0, 0.0, 1.0]]])  # flat: 0 2 1 2 0 1
+    assert pixel_order(m, positive=True)[0].tolist() == [1, 3, 2, 5, 0, 4]
+    assert pixel_order(m, positive=False)[0].tolist() == [0, 4, 2, 5, 1, 3]
+
+
+@pytest.mark.parametrize("positive", [True, False])
+def test_order_matches_slow_reference_on_heavily_tied_maps(positive):
+    g = torch.Generator().manual_seed(0)
+    maps = torch.randint(0, 4, (3, 7, 9), generator=g).float()  # only 4 distinct values -> many ties
+    order = pixel_order(maps, positive)
+    for b in range(3):
+        assert order[b].tolist() == _reference_order(maps[b].numpy(), positive)
+
+
+def test_ranks_invert_the_order():
+    maps = torch.rand(2, 5, 6, generator=torch.Generator().manual_seed(1))
+    order = pixel_order(maps, True)
+    ranks = pixel_ranks(order)
+    assert torch.equal(order.gather(1, ranks), torch.arange(30).expand(2, 30))
+
+
+def test_masks_by_hand_with_relu_ties():
+    # 2x5 map; negative values tie with 0 after the ReLU. Normalised: 0.5 1 0 0 0 / 0.25 0 0 0 0
+    m = torch.tensor([[[2.0, 4.0, -1.0, 0.0, -3.0], [1.0, 0.0, -2.0, 0.0, 0.0]]])
+    pos = perturbation_masks(m, positive=True)  # counts for 10 pixels: 1..9
+    assert pos.shape == (1, 9, 2, 5)
+    flat = pos[0].reshape(9, 10)
+    # order: 1 (4.0), 0 (2.0), 5 (1.0), then the seven zeros by index: 2 3 4 6 7 8 9
+    expected_order = [1, 0, 5, 2, 3, 4, 6, 7, 8, 9]
+    for s in range(9):
+        assert sorted(torch.nonzero(flat[s]).reshape(-1).tolist()) == sorted(expected_order[: s + 1])
+    neg = perturbation_masks(m, positive=False)[0].reshape(9, 10)
+    expected_neg = [2, 3, 4, 6, 7, 8, 9, 5, 0, 1]
+    for s in range(9):
+        assert sorted(torch.nonzero(neg[s]).reshape(-1).tolist()) == sorted(expected_neg[: s + 1])
+
+
+def test_masks_are_nested_and_sized():
+    maps = torch.randn(2, 16, 16, generator=torch.Generator().manual_seed(2))
+    masks = perturbation_masks(maps, positive=False)
+    counts = masks.reshape(2, 9, -1).sum(-1)
+    assert counts.tolist() == [step_pixel_counts(256)] * 2
+    assert bool((masks[:, 1:] >= masks[:, :-1]).all())
+
+
+def test_normalisation_does_not_change_the_order_of_a_positive_map():
+    maps = torch.rand(2, 8, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.1
+    a = perturbation_masks(maps, True)
+    b = perturbation_masks(maps * 7.0 + 2.0, True)
+    assert torch.equal(a, b)
+
+
+def test_constant_map_falls_back_to_index_order():
+    masks = perturbation_masks(torch.full((1, 2, 5), -1.0), positive=True)[0].reshape(9, 10)
+    assert torch.nonzero(masks[2]).reshape(-1).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(3, 3), torch.zeros(1, 2, 3, 3), torch.tensor([[[float("nan")]]])])
+def test_bad_maps_are_user_errors(bad):
+    with pytest.raises(BadInputError):
+        pixel_order(bad, True)
