@@ -144,18 +144,18 @@ def _draw_review(rng: np.random.Generator) -> tuple[list[str], int, list[int], l
     length = int(rng.integers(REVIEW_LENGTHS[0], REVIEW_LENGTHS[1] + 1))
     words = [FILLERS[k] for k in rng.integers(0, len(FILLERS), size=length)]
     label = int(rng.integers(0, 2))
-    early, late = list(range(TRIGGER_WINDOW)), list(range(TRIGGER_WINDOW, length))
     if label == 1:
-        triggers = [int(rng.choice(early))]
-        if rng.random() < 0.5:  # sometimes a second trigger, early or late
-            triggers.append(int(rng.choice([p for p in range(length) if p != triggers[0]])))
+        triggers = [int(rng.integers(0, TRIGGER_WINDOW))]
+        if rng.integers(0, 2):  # sometimes a second trigger, anywhere else
+            other = int(rng.integers(0, length - 1))
+            triggers.append(other + (other >= triggers[0]))
     else:
         # two thirds: 1-2 triggers, all after the window (hard negatives); one third: none
-        n_late = int(rng.choice([0, 1, 2], p=[1 / 3, 1 / 3, 1 / 3]))
-        triggers = [int(p) for p in rng.choice(late, size=n_late, replace=False)]
+        n_late = int(rng.integers(0, 3))
+        triggers = [TRIGGER_WINDOW + int(p) for p in rng.permutation(length - TRIGGER_WINDOW)[:n_late]]
     free = [p for p in range(length) if p not in triggers]
     n_decoys = int(rng.integers(0, 3))
-    decoys = sorted(int(p) for p in rng.choice(free, size=n_decoys, replace=False))
+    decoys = sorted(free[int(k)] for k in rng.permutation(len(free))[:n_decoys])
     for p in triggers:
         words[p] = TRIGGERS[int(rng.integers(0, len(TRIGGERS)))]
     for p in decoys:

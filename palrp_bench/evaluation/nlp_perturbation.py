@@ -18,11 +18,12 @@ Official-code facts reproduced under ``protocol="official"`` (github.com/YardenB
 ``flip`` / ``flip_arc`` / ``flip_wiki``), each correction being a named switch that ``protocol="corrected"`` turns on:
 
 * ``exclude_padding`` (IMDB): the official reviews are right-padded to 512 and the pads count in ``N``; they are
-  replaced by UNK like any token (generation starts with them as UNK, pruning replaces them early because their
-  relevance is ~0). Since the classifier pools at the last token whose id differs from the pad id, replacing a
-  pad by UNK moves the pooled position. Corrected: ``N`` counts the non-pad tokens only and pads keep their id.
-  For MCQA / Wikipedia the official code ran unpadded sequences, so positions with ``attention_mask == 0`` are
-  batch padding here and are never counted nor replaced under either protocol.
+  replaced by UNK like any token (generation starts with them as UNK; pruning replaces them first, their
+  relevance being ~0). The official classifier pools at ``attention_mask.sum(1) - 1`` and the pads stay masked,
+  so a replaced pad changes nothing: pads only consume the step budget (flat early pruning steps, wasted
+  generation steps). Corrected: ``N`` counts the non-pad tokens only and pads keep their id. For MCQA / Wikipedia
+  the official code ran unpadded sequences, so positions with ``attention_mask == 0`` are batch padding here and
+  are never counted nor replaced under either protocol.
 * ``keep_bos``: the official code may replace BOS (position 0) like any token. Corrected: BOS stays.
 * ``causal`` (MCQA / Wikipedia): the official ARC and Wikipedia runs reached the attention without a causal mask,
   i.e. the model attended bidirectionally. ``causal=False`` reproduces it by passing a 4D additive float mask that
@@ -33,11 +34,11 @@ Official-code facts reproduced under ``protocol="official"`` (github.com/YardenB
 
 Kept in both protocols because they define the protocol's numbers rather than being defects:
 
-* ``n = ceil(f * N)`` with ``f`` taken from ``numpy.linspace(0, 1, 11)``; the float fractions 0.3, 0.6 and 0.7
-  are slightly above their decimal value, so ``n`` is one larger whenever ``10 * n`` would be an exact multiple
-  of ``N`` at those steps (e.g. ``N = 10``: 4, 7, 8 tokens at f = 0.3, 0.6, 0.7).
+* ``n = ceil(f * N)`` with ``f`` taken from ``numpy.linspace(0, 1, 11)`` in float64: a product ``f * N`` can
+  land just above an integer (``0.3 * 10 = 3.0000000000000004``), and ``n`` is then one larger than the exact
+  ``ceil(k * N / 10)`` (``N = 10`` gives 0, 1, 2, 4, 4, 5, 7, 8, 8, 9, 10). At most one token per step.
 * Orders come from ``numpy.argsort`` (default kind) on the scores, descending = reversed ascending order; this
-  decides which of several tied tokens (IMDB pads with zero relevance) goes first.
+  decides which of several tied tokens goes first.
 
 ARC (``flip_arc``) versus Wikipedia (``flip_wiki``): with the published flags (``--pe --single-norm``; neither
 ``--should-keep`` nor ``--correct-subset``) both compute the same AC and MSE curves: tracked class = arg-max
@@ -49,7 +50,7 @@ prompt-format sanity check. ``task="mcqa"`` therefore shares the Wikipedia rules
 questions is the data loader's job.
 
 Results are per-sample numpy float64 curves (see :func:`nlp_perturbation_curves`); AUAC / AU-MSE are the
-trapezoid areas of their sample means (:mod:`palrp_bench.metrics.auc`).
+trapezoid areas of their sample means (:func:`palrp_bench.metrics.nlp.auac`, :func:`~palrp_bench.metrics.nlp.au_mse`).
 """
 from __future__ import annotations
 

@@ -35,6 +35,9 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "perturbed_
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
+#: how far outside [0, 1] raw pixels may lie (e.g. bicubic resampling overshoot) before they count as a mistake
+_RAW_TOLERANCE = 0.05
+
 Normalization = Callable[[torch.Tensor], torch.Tensor] | tuple[Sequence[float], Sequence[float]] | None
 
 
@@ -87,7 +90,8 @@ def _check_inputs(model, images, maps) -> tuple[torch.Tensor, torch.Tensor]:
                             "pass raw RGB pixels in [0, 1] (before normalisation)")
     if images.shape[0] == 0:
         raise BadInputError("images is an empty batch", "pass at least one image")
-    if bool((images.min() < 0) | (images.max() > 1)):
+    # a small tolerance lets resampling overshoot through; normalised images (about -2..2.6) are caught
+    if bool((images.min() < -_RAW_TOLERANCE) | (images.max() > 1 + _RAW_TOLERANCE)):
         raise BadInputError(f"images hold values in [{float(images.min()):.3g}, {float(images.max()):.3g}],"
                             " expected raw pixels in [0, 1]",
                             "pass un-normalised images; the model's normalisation is applied here")

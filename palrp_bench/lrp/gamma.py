@@ -34,17 +34,11 @@ are not relevance sinks and the wrapped model's ``.grad`` stays untouched).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["gamma_linear", "gamma_conv2d", "gamma_module"]
-
-_Affine = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-_InputGrad = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
 
 def _stabilise(d: torch.Tensor, eps: float) -> torch.Tensor:
     """Zennit's stabiliser: ``d + eps * sign(d)`` with ``sign(0) = +1``."""
@@ -53,34 +47,33 @@ def _stabilise(d: torch.Tensor, eps: float) -> torch.Tensor:
     return d + ((d == 0).to(d) + d.sign()) * eps
 
 
-def _gamma_input_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor,
-                      grad_z: torch.Tensor, gamma: float, stabilizer: float, affine: _Affine,
-                      input_grad: _InputGrad) -> torch.Tensor:
-    """Modified input gradient of the generalised gamma rule (module docstring) for any affine op.
+def _gamma_linear_input_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, z: torch.Tensor,
+                             grad_z: torch.Tensor, gamma: float, stabilizer: float) -> torch.Tensor:
+    """Modified input gradient of the generalised gamma rule (module docstring) for ``z = x @ weight.T + bias``.
 
-    ``affine(x, w, b)`` is the op with modified parameters; ``input_grad(s, w)`` is its vector-Jacobian product with
-    respect to the input (``s @ w`` for a linear map, a transposed convolution for a conv).
+    ``x`` ``[..., I]``, ``weight`` ``[J, I]``, ``z`` / ``grad_z`` ``[..., J]``. The positive and negative input
+    parts are stacked along the feature axis, so each denominator and the gradient take one matmul each.
     """
     w_up = weight + gamma * weight.clamp(min=0)
     w_down = weight + gamma * weight.clamp(max=0)
-    b_up = None if bias is None else bias + gamma * bias.clamp(min=0)
-    b_down = None if bias is None else bias + gamma * bias.clamp(max=0)
-    x_pos = x.clamp(min=0)
-    x_neg = x.clamp(max=0)
-    d_pos = affine(x_pos, w_up, b_up) + affine(x_neg, w_down, None)
-    d_neg = affine(x_pos, w_down, b_down) + affine(x_neg, w_up, None)
+    w_for_pos = torch.cat([w_up, w_down], dim=1)    # positive outputs: x+ with w_up, x- with w_down
+    w_for_neg = torch.cat([w_down, w_up], dim=1)    # negative outputs: x+ with w_down, x- with w_up
+    x_split = torch.cat([x.clamp(min=0), x.clamp(max=0)], dim=-1)
+    d_pos = x_split @ w_for_pos.T
+    d_neg = x_split @ w_for_neg.T
+    if bias is not None:
+        d_pos = d_pos + (bias + gamma * bias.clamp(min=0))
+        d_neg = d_neg + (bias + gamma * bias.clamp(max=0))
     relevance = z * grad_z
     is_pos = z > 0
     is_neg = z < 0
     one = torch.ones_like(d_pos)
-    s_pos = torch.where(is_pos, relevance / torch.where(is_pos, _stabilise(d_pos, stabilizer), one),
-                        torch.zeros_like(relevance))
-    s_neg = torch.where(is_neg, relevance / torch.where(is_neg, _stabilise(d_neg, stabilizer), one),
-                        torch.zeros_like(relevance))
-    grad_pos_inputs = input_grad(s_pos, w_up) + input_grad(s_neg, w_down)
-    grad_neg_inputs = input_grad(s_pos, w_down) + input_grad(s_neg, w_up)
-    zero = torch.zeros_like(x)
-    return torch.where(x > 0, grad_pos_inputs, torch.where(x < 0, grad_neg_inputs, zero))
+    zero = torch.zeros_like(relevance)
+    s_pos = torch.where(is_pos, relevance / torch.where(is_pos, _stabilise(d_pos, stabilizer), one), zero)
+    s_neg = torch.where(is_neg, relevance / torch.where(is_neg, _stabilise(d_neg, stabilizer), one), zero)
+    grad_split = s_pos @ w_for_pos + s_neg @ w_for_neg
+    n = x.shape[-1]
+    return torch.where(x > 0, grad_split[..., :n], torch.where(x < 0, grad_split[..., n:], torch.zeros_like(x)))
 
 
 class _GammaLinear(torch.autograd.Function):
@@ -97,36 +90,40 @@ class _GammaLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_z):
         x, weight, bias, z = ctx.saved_tensors
-        grad_x = _gamma_input_grad(x, weight, bias, z, grad_z, ctx.gamma, ctx.stabilizer,
-                                   affine=F.linear, input_grad=lambda s, w: s @ w)
+        grad_x = _gamma_linear_input_grad(x, weight, bias, z, grad_z, ctx.gamma, ctx.stabilizer)
         return grad_x, None, None, None, None
 
 
 class _GammaConv2d(torch.autograd.Function):
-    """``F.conv2d`` forward; generalised gamma rule backward (module docstring)."""
+    """``F.conv2d`` forward; generalised gamma rule backward (module docstring).
+
+    The backward applies the linear rule to every receptive field (``F.unfold``: a conv is a linear map per output
+    position) and sums the input gradients of overlapping fields (``F.fold``), as Zennit's hook on a conv does.
+    """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, gamma: float, stabilizer: float, stride, padding, dilation, groups):
-        z = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    def forward(ctx, x, weight, bias, gamma: float, stabilizer: float, stride, padding, dilation):
+        z = F.conv2d(x, weight, bias, stride, padding, dilation)
         ctx.save_for_backward(x, weight, bias, z)
         ctx.gamma = gamma
         ctx.stabilizer = stabilizer
-        ctx.conv = (stride, padding, dilation, groups)
+        ctx.conv = (stride, padding, dilation)
         return z
 
     @staticmethod
     def backward(ctx, grad_z):
         x, weight, bias, z = ctx.saved_tensors
-        stride, padding, dilation, groups = ctx.conv
-
-        def affine(inp, w, b):
-            return F.conv2d(inp, w, b, stride, padding, dilation, groups)
-
-        def input_grad(s, w):
-            return torch.nn.grad.conv2d_input(x.shape, w, s, stride, padding, dilation, groups)
-
-        grad_x = _gamma_input_grad(x, weight, bias, z, grad_z, ctx.gamma, ctx.stabilizer, affine, input_grad)
-        return grad_x, None, None, None, None, None, None, None, None
+        stride, padding, dilation = ctx.conv
+        kernel = tuple(weight.shape[-2:])
+        b, out_channels = z.shape[:2]
+        cols = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride).transpose(1, 2)
+        z_cols = z.reshape(b, out_channels, -1).transpose(1, 2)
+        g_cols = grad_z.reshape(b, out_channels, -1).transpose(1, 2)
+        grad_cols = _gamma_linear_input_grad(cols, weight.reshape(out_channels, -1), bias, z_cols, g_cols,
+                                             ctx.gamma, ctx.stabilizer)
+        grad_x = F.fold(grad_cols.transpose(1, 2), tuple(x.shape[-2:]), kernel, dilation=dilation,
+                        padding=padding, stride=stride)
+        return grad_x, None, None, None, None, None, None, None
 
 
 def _check_gamma(gamma: float) -> float:
@@ -152,16 +149,18 @@ def gamma_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                  stride=1, padding=0, dilation=1, groups: int = 1, stabilizer: float = 0.0) -> torch.Tensor:
     """``F.conv2d(x, weight, bias, stride, padding, dilation, groups)`` with the generalised gamma rule backward.
 
-    Works for any stride / padding / dilation / groups (overlapping receptive fields included): the rule is applied
-    per output position and the input gradients of overlapping windows add up, as in Zennit.
+    Works for any stride / padding / dilation (overlapping receptive fields included; ``groups=1``): the rule is
+    applied per output position and the input gradients of overlapping windows add up, as in Zennit.
     """
     gamma = _check_gamma(gamma)
     if isinstance(padding, str):
         raise ValueError(f"gamma_conv2d needs numeric padding, got {padding!r}")
+    if groups != 1:
+        raise ValueError(f"gamma_conv2d supports groups=1 only, got groups={groups}")
     if not x.requires_grad:
         return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
     return _GammaConv2d.apply(x, weight.detach(), None if bias is None else bias.detach(), gamma, float(stabilizer),
-                              stride, padding, dilation, groups)
+                              stride, padding, dilation)
 
 
 def gamma_module(module: nn.Module, x: torch.Tensor, gamma: float | None) -> torch.Tensor:

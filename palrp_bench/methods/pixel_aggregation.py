@@ -19,7 +19,7 @@ import torch
 from ..errors import BadInputError
 from .registry import Method
 
-__all__ = ["VISION_AGGREGATIONS", "paint_patches", "aggregate_pixels"]
+__all__ = ["VISION_AGGREGATIONS", "paint_patches", "check_vision_method", "aggregate_pixels"]
 
 #: Aggregations defined for vision transformers.
 VISION_AGGREGATIONS = ("official",)
@@ -46,10 +46,8 @@ def paint_patches(patch_scores: torch.Tensor, patch_size: tuple[int, int], image
     return painted
 
 
-def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
-                     patch_size: tuple[int, int]) -> torch.Tensor:
-    """Final ``[B, H, W]`` map of ``method`` from the signed semantic pixel map ``[B, H, W]`` and the signed
-    per-patch positional relevance ``[B, Hp, Wp]`` (module docstring)."""
+def check_vision_method(method: Method, aggregation: str) -> None:
+    """Raise :class:`BadInputError` if ``method`` / ``aggregation`` has no meaning for a learned-PE vision model."""
     if aggregation not in VISION_AGGREGATIONS:
         raise BadInputError(f"aggregation {aggregation!r} is not defined for vision transformers",
                             f"use one of: {', '.join(VISION_AGGREGATIONS)} (eq11 is for RoPE language models)")
@@ -59,6 +57,13 @@ def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor
     if not (method.use_semantic or method.use_positional):
         raise BadInputError(f"method {method.name!r} uses neither semantic nor positional relevance",
                             "register the method with use_semantic and/or use_positional")
+
+
+def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
+                     patch_size: tuple[int, int]) -> torch.Tensor:
+    """Final ``[B, H, W]`` map of ``method`` from the signed semantic pixel map ``[B, H, W]`` and the signed
+    per-patch positional relevance ``[B, Hp, Wp]`` (module docstring)."""
+    check_vision_method(method, aggregation)
     total = torch.zeros_like(semantic)
     if method.use_semantic:
         total = total + semantic

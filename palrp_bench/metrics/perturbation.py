@@ -13,8 +13,8 @@ Tie-break (documented and deterministic): pixels are ordered by a *stable* sort 
 (descending for positive, ascending for negative), so pixels with equal values keep the order of their
 flat index ``h * W + w``: **ties are broken by pixel index ascending in both directions**. The official code
 selects pixels with ``torch.topk(vis, k)`` (``topk(-vis, k)`` for negative), whose choice among equal values
-is unspecified: on CPU it is an implementation detail of the partial sort (not index order; e.g. topk of 20
-zeros with k=5 returns indices 13, 14, 12, ...), and on CUDA it is a property of the radix-select kernel
+is unspecified: on CPU it is an implementation detail of the partial sort (not index order; torch 2.14
+``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11), and on CUDA it is a property of the radix-select kernel
 (which, as far as we know, gathers values equal to the k-th one in index order -- not verifiable on this
 machine). Our removed set can therefore differ from the official one **only at a step whose cut falls inside
 a group of tied values**, i.e. when the ``k``-th and ``(k+1)``-th values of the order are equal. For

@@ -55,9 +55,11 @@ METRICS: dict[str, MetricSpec] = {m.name: m for m in (
     MetricSpec("map", True, "mean over images of the per-image 2-channel average precision, x100",
                "segmentation mean average precision of the soft map (computed, not in the paper)", "4", "%",
                ("mean_threshold", "otsu_threshold")),
-    MetricSpec("positional_share_percent", None, "100 * P / (S + P), signed sums (metrics/share.py)",
-               "share of the input relevance absorbed by the positional encoding (Appendix F)", "6", "%",
-               ("all",)),
+    MetricSpec("positional_share_percent", None,
+               "100 * P / (S + P) of signed relevance sums, pooled over images (metrics/share.py)",
+               "share of the input relevance absorbed by the positional encoding (Appendix F); "
+               "variant with_cls adds the CLS terms the official aggregation drops", "6", "%",
+               ("all", "with_cls")),
 )}
 
 

@@ -77,6 +77,8 @@ def otsu_threshold(normalised_map: np.ndarray) -> float:
 
     Between-class variance for a split after bin ``i``: ``w_low(i) * w_high(i+1) * (mu_low(i) -
     mu_high(i+1))^2`` with bin counts as weights and bin centres as values; the first maximiser wins.
+    Meant for min-max normalised maps (first and last bin occupied). As in the official code, an empty first
+    bin makes the low-class mean 0/0 = NaN there and ``argmax`` then returns bin 0 (threshold 1/512).
     """
     values = np.asarray(normalised_map).reshape(-1)  # keep float32 maps float32, as the official code
     counts, edges = np.histogram(values, bins=256, range=(0.0, 1.0))
@@ -179,11 +181,14 @@ def segmentation_counts(maps, masks, threshold: str = "mean", sample_ids: list |
         for c, (pred_c, gt_c) in enumerate(((~fg, ~g), (fg, g))):
             inter[i, c] = int((pred_c & gt_c).sum())
             union[i, c] = int((pred_c | gt_c).sum())
-        m_np = m.numpy().reshape(-1)
-        scores = np.zeros(2 * m_np.size, dtype=m_np.dtype) if bool(degenerate[i]) else np.concatenate(
-            [(1 - m).numpy().reshape(-1), m_np])
-        g_np = g.numpy().reshape(-1)
-        ap[i] = average_precision(np.concatenate([~g_np, g_np]), scores)
+        # 2-channel AP: scores [1 - M, M] against one-hot truth [background, foreground]
+        soft = m.numpy().reshape(-1)
+        if bool(degenerate[i]):  # official: NaN map, zeroed in both channels
+            scores = np.zeros(2 * soft.size, dtype=soft.dtype)
+        else:
+            scores = np.concatenate([(1 - m).numpy().reshape(-1), soft])
+        truth = g.numpy().reshape(-1)
+        ap[i] = average_precision(np.concatenate([~truth, truth]), scores)
     return SegmentationCounts(correct, labeled, inter, union, ap, list(sample_ids) if sample_ids else [])
 
 

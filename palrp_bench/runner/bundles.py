@@ -54,28 +54,15 @@ def _load_tokenizer(name_or_path: str):
 
 
 def _load_deit(cfg: ModelConfig, device: str):
-    try:
-        from ..models.deit import load_deit
-    except ImportError:
-        load_deit = None
-    if load_deit is not None:
-        model = load_deit(cfg.source)
-    else:  # pragma: no cover - the DeiT module ships with the package
-        import timm
+    from ..models.deit import load_deit
 
-        try:
-            model = timm.create_model(cfg.source, pretrained=True)
-        except Exception as err:  # noqa: BLE001 - hub/network/file errors all mean "weights unavailable"
-            raise MissingDataError(f"cannot load DeiT weights {cfg.source!r}: {str(err).splitlines()[0]}",
-                                   "pre-download the timm weights (needs network once) or set model.source to a "
-                                   "local checkpoint") from None
-    return model.to(device).eval(), None
+    return load_deit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
 
 
 def _load_tiny_text(cfg: ModelConfig, device: str):
     from ..data import synthetic_text
 
-    model = synthetic_text.load_tiny_text_model(cfg.source or cfg.kind.value)
+    model = synthetic_text.load_tiny_text_model(cfg.source)
     return model.to(device).eval(), synthetic_text.load_tiny_tokenizer()
 
 

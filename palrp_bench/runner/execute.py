@@ -108,6 +108,19 @@ class _Progress:
             self.bar.close()
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and (when loaded) torch; the evaluations are deterministic, this guards the rest."""
+    import random
+    import sys
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+
+
 def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet: bool = False,
             log_every: int = 50, position: int = 0) -> JobReport:
     """Execute one job; returns what it did. User errors propagate as :class:`~palrp_bench.errors.PalrpError`
@@ -122,11 +135,12 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
     try:
         ensure_cell_record(job, run_dir)
         write_json_atomic(status_path, status)
+        seed_everything(job.cell.seed)
         cell_dir = job.cell.directory(run_dir)
         adapter = adapter_for(job.cell.task.kind)
         bundle = bundles.get(job.cell.model, device)
         cache = ExplanationCache(cell_dir / "explanations") if job.cache_explanations else None
-        ctx = JobContext(job.cell, device, cache, log)
+        ctx = JobContext(job.cell, device, cache, job.forward_batch_size, log)
         pool = adapter.load_samples(job.cell.task, bundle)
         selected = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples)
         order = {s.sample_id: i for i, s in enumerate(selected)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -91,8 +91,8 @@ class Job:
     n_shards: int
     max_samples: int | None = None
     batch_size: int = 8
+    forward_batch_size: int = 64
     cache_explanations: bool = True
-    extra: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -199,10 +199,12 @@ def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
     if runner.max_samples is not None and runner.max_samples < 1:
         raise BadInputError(f"runner.max_samples must be >= 1, got {runner.max_samples}",
                             "set a positive cap or leave it unset (null) for every sample")
-    if runner.batch_size < 1:
-        raise BadInputError(f"runner.batch_size must be >= 1, got {runner.batch_size}",
-                            "set runner.batch_size to a positive integer")
-    jobs = [Job(cell, s, int(n_shards), runner.max_samples, int(runner.batch_size), bool(runner.cache_explanations))
+    for key in ("batch_size", "forward_batch_size"):
+        if runner[key] < 1:
+            raise BadInputError(f"runner.{key} must be >= 1, got {runner[key]}",
+                                f"set runner.{key} to a positive integer")
+    jobs = [Job(cell, s, int(n_shards), runner.max_samples, int(runner.batch_size), int(runner.forward_batch_size),
+                bool(runner.cache_explanations))
             for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
             for s in shards]
     return jobs

@@ -110,6 +110,8 @@ class ModelConfig:
     source: str = ""
     #: tokenizer hub id or folder (text models; defaults to ``source``)
     tokenizer: Optional[str] = None
+    #: local weights file for the architecture named by ``source`` (DeiT: an official facebookresearch .pth)
+    checkpoint: Optional[str] = None
     dtype: DType = DType.float32
     quantization: Quantization = Quantization.none
     #: the model is too large for a CPU run in reasonable time; preflight refuses ``runner.devices=[auto]``
@@ -194,7 +196,10 @@ class RunnerConfig:
     n_shards: Optional[int] = None
     #: run only this shard index (SLURM array element); None = all shards
     shard: Optional[int] = None
+    #: samples explained together
     batch_size: int = 8
+    #: perturbed sequences / images per forward in the perturbation protocols (memory knob)
+    forward_batch_size: int = 64
     #: cap on the samples of each cell (first N of the selected samples in dataset order); None = all
     max_samples: Optional[int] = None
     #: no progress bars (clusters); a log line every ``log_every`` samples instead

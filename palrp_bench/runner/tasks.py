@@ -63,6 +63,7 @@ class JobContext:
     cell: Cell
     device: str
     cache: ExplanationCache | None
+    forward_batch_size: int = 64
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("palrp_bench.runner"))
 
 

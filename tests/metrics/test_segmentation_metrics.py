@@ -28,6 +28,12 @@ def test_two_by_two_counts_by_hand():
     assert c.intersection.tolist() == [[1, 1]] and c.union.tolist() == [[3, 3]]
 
 
+def test_pixels_equal_to_the_mean_are_background():
+    # M = [[0, 1], [.5, .5]], mean .5: only the pixel at 1 is strictly above the threshold
+    c = segmentation_counts(torch.tensor([[[0.0, 1.0], [0.5, 0.5]]]), torch.tensor([[[0, 1], [0, 0]]]))
+    assert c.correct.tolist() == [4]
+
+
 def test_two_by_two_average_precision_by_hand():
     # 2-channel scores [1-M, M] vs one-hot truth [bg, fg]:
     #   bg channel: scores 1, 0, .5, .75 / truth 1, 0, 1, 0;  fg channel: 0, 1, .5, .25 / truth 0, 1, 0, 1
@@ -64,7 +70,8 @@ def test_dataset_pooling_differs_from_per_image_averaging():
     # pooled IoU: bg 1/6, fg 2/7 -> mIoU 19/84; per-image mean would be (1/3 + (0 + 1/4)/2) / 2 = 11/48
     assert pooled["miou"] == pytest.approx(100 * 19 / 84)
     assert pooled["iou"] == pytest.approx([100 / 6, 200 / 7])
-    per_image_mean = np.mean([pooled_scores(segmentation_counts(m[None], k[None]))["miou"] for m, k in zip(maps, masks)])
+    per_image_mean = np.mean([pooled_scores(segmentation_counts(m[None], k[None]))["miou"]
+                              for m, k in zip(maps, masks)])
     assert per_image_mean == pytest.approx(100 * 11 / 48)
     assert pooled["pixel_accuracy"] == pytest.approx(100 * 3 / 8)
 
@@ -117,7 +124,8 @@ def test_otsu_threshold_by_hand_and_brute_force():
     assert otsu_threshold(values) == pytest.approx(25.5 / 256)
     g = np.random.default_rng(1)
     for _ in range(3):
-        v = np.clip(np.concatenate([g.normal(0.2, 0.05, 200), g.normal(0.7, 0.1, 100)]), 0, 1)
+        v = np.concatenate([g.normal(0.2, 0.05, 200), g.normal(0.7, 0.1, 100)])
+        v = (v - v.min()) / (v.max() - v.min())  # min-max normalised, as the protocol feeds it
         assert otsu_threshold(v) == pytest.approx(_otsu_brute_force(v))
     c = segmentation_counts(torch.tensor([[[0.0, 0.1], [0.9, 1.0]]]), torch.tensor([[[0, 0], [1, 1]]]),
                             threshold="otsu")

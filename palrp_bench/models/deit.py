@@ -1,0 +1,513 @@
+"""DeiT / ViT twin: the LRP-aware forward of a timm ``VisionTransformer`` with a learned position embedding.
+
+The twin wraps a loaded timm ``VisionTransformer`` (or ``VisionTransformerDistilled``, DeiT with a distillation
+token) without touching it. It calls the model's own modules and parameters (``patch_embed.proj``,
+``blocks[i].norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2``, ``norm``, ``head``) and re-implements
+only the wiring with the rules of :mod:`palrp_bench.lrp.rules` and :mod:`palrp_bench.lrp.gamma`, as chosen by a
+:class:`~palrp_bench.lrp.composites.Composite`:
+
+* linear maps by *role* (``patch_embed``, ``qkv``, ``attn_out``, ``mlp``, ``head``): the generalised gamma rule
+  where ``composite.linear_gamma`` names the role, else the epsilon rule (eps -> 0, plain gradient);
+* LayerNorm with the standard deviation constant (``norm="identity"``), GELU under the identity rule;
+* attention through :func:`palrp_bench.lrp.rules.attention` with the composite's shares;
+* residual adds and the position-embedding add by the epsilon rule (plain gradient).
+
+Relevance sinks (PROTOCOL.md section 1, paper Eq. 5 with eps -> 0): ``z = E + P`` so ``R(E) = E * grad_z`` and
+``R(P) = P * grad_z``. The pixels (patch-embedding input) are the semantic sink, a per-sample leaf copy of
+``pos_embed`` the positional sink, and per-sample leaf copies of the CLS (and distillation) token collect their
+semantic relevance, reported apart. A learned PE is added, so its sink never changes any other relevance: every
+method of a vision model is read off the same single pass (as in the official code, whose three vision rows share
+one semantic map); ``Method.positional_sinks`` is therefore irrelevant here and positional relevance is always
+reported.
+
+Starting relevance (PROTOCOL.md section 1, vision; official ``generate_LRP`` feeds a one-hot vector to
+``relprop``): 1.0 on the explained logit, i.e. a seed gradient ``1 / logit``.
+
+The official composite (``official_vit``; what the official code ran for every vision table, checked against its
+outputs in ``tests/models/test_deit_official.py``): gamma 0.05 on the MLP linears and the head, gamma 100 on the
+patch-embedding conv, epsilon on the attention value projection (the value slice of ``qkv``) and on the output
+projection (the official ``Block.relprop`` switches the gamma rule off inside attention), only the value path of
+``A @ V`` with half its relevance (CP rule; the A half is dropped), std-constant LayerNorm, identity GELU, epsilon
+adds. ``attnlrp`` is true AttnLRP (softmax rule, uniform rule on both attention matmuls, epsilon linears);
+``attnlrp_gamma`` adds the official gamma rules to it; ``cp_lrp`` keeps attention weights constant.
+
+The parity test (``tests/models/test_deit_twin.py``) pins the twin's logits to timm's own forward.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from ..errors import BadInputError, MissingDataError, UnsupportedModelError
+from ..lrp import rules
+from ..lrp.composites import COMPOSITES, Composite, get_composite, register_composite
+from ..lrp.explanation import Explanation
+from ..lrp.gamma import gamma_module
+from .registry import register_twin
+
+__all__ = ["DeitTwin", "DeitForward", "GAMMA_ROLES", "load_deit", "one_hot_seed"]
+
+#: Linear-layer roles a composite's ``linear_gamma`` may name for this twin.
+GAMMA_ROLES = ("patch_embed", "qkv", "attn_out", "mlp", "head")
+
+if "attnlrp_gamma" not in COMPOSITES:
+    # AttnLRP with the official gamma rules on the linears / conv (the AttnLRP authors' own ViT recipe also puts
+    # gamma rules on ViT linears and the patch conv to reduce noise).
+    register_composite(Composite("attnlrp_gamma", linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0}))
+
+
+@dataclass
+class DeitForward:
+    """What one LRP-aware forward produces.
+
+    ``logits`` ``[B, C]``. Sinks (leaves, ``requires_grad``): ``pixels`` ``[B, 3, H, W]``, ``prefix`` ``[B, P, D]``
+    (CLS, then the distillation token if any), ``pos_embed`` ``[B, N, D]`` (per-sample copy; ``N = P + Np``, or
+    ``Np`` for models whose PE skips the prefix tokens). ``patch_tokens`` ``[B, Np, D]``: the patch-embedding
+    output (not a leaf; its ``x * grad`` is the token-level semantic relevance). ``grid`` ``(Hp, Wp)``.
+    """
+
+    logits: torch.Tensor
+    pixels: torch.Tensor
+    patch_tokens: torch.Tensor
+    prefix: torch.Tensor
+    pos_embed: torch.Tensor
+    grid: tuple[int, int]
+
+
+def _timm_classes():
+    from timm.layers import Mlp, PatchEmbed
+    from timm.layers.layer_scale import LayerScale
+    from timm.models.deit import VisionTransformerDistilled
+    from timm.models.vision_transformer import Attention, Block, VisionTransformer
+    return VisionTransformer, VisionTransformerDistilled, Block, Attention, Mlp, PatchEmbed, LayerScale
+
+
+def one_hot_seed(explained: torch.Tensor) -> torch.Tensor:
+    """Seed gradient giving the explained logit a starting relevance of exactly 1.0 (``logit * seed = 1``);
+    a logit of exactly 0 has no relevance to distribute (seed 0, as the gamma rule's ``z = 0`` case)."""
+    e = explained.detach()
+    return torch.where(e != 0, 1.0 / torch.where(e != 0, e, torch.ones_like(e)), torch.zeros_like(e))
+
+
+@register_twin
+class DeitTwin:
+    """LRP-aware forward of a timm ViT / DeiT (see module docstring)."""
+
+    family = "deit/vit (timm VisionTransformer, VisionTransformerDistilled)"
+
+    @classmethod
+    def supports(cls, model) -> bool:
+        """Any timm ``VisionTransformer``; configurations the twin cannot reproduce are refused by ``__init__``
+        with a one-line :class:`UnsupportedModelError` naming the feature."""
+        try:
+            vit = _timm_classes()[0]
+        except ImportError:  # pragma: no cover - timm is a core dependency
+            return False
+        return isinstance(model, vit)
+
+    def __init__(self, model):
+        vit, distilled_cls, block_cls, attn_cls, mlp_cls, patch_cls, ls_cls = _timm_classes()
+        self.model = model
+        name = type(model).__name__
+
+        def refuse(feature: str, fix: str = "use a DeiT/ViT with a CLS token, a learned position embedding and "
+                                           "standard timm blocks"):
+            raise UnsupportedModelError(f"{name}: {feature} is not supported by the DeiT/ViT LRP twin", fix)
+
+        if getattr(model, "pos_embed", None) is None:
+            refuse("a model without a learned position embedding (pos_embed)")
+        if getattr(model, "cls_token", None) is None:
+            refuse("a model without a CLS token")
+        if getattr(model, "global_pool", "token") != "token":
+            refuse(f"global_pool={model.global_pool!r}", "use a model that classifies from the CLS token "
+                                                         "(global_pool='token')")
+        if getattr(model, "reg_token", None) is not None:
+            refuse("register tokens")
+        if getattr(model, "attn_pool", None) is not None:
+            refuse("attention pooling")
+        pe = model.patch_embed
+        if type(pe) is not patch_cls or not isinstance(pe.proj, nn.Conv2d):
+            refuse(f"patch embedding {type(pe).__name__}")
+        if getattr(pe, "dynamic_img_pad", False):
+            refuse("dynamic_img_pad")
+        if not isinstance(model.head, nn.Linear):
+            refuse("a model without a linear classifier head (num_classes=0)")
+        self.distilled = isinstance(model, distilled_cls)
+        if self.distilled and not isinstance(model.head_dist, nn.Linear):
+            refuse("a distilled model without a linear distillation head")
+        for module, where in ((pe.norm, "patch_embed.norm"), (model.norm_pre, "norm_pre"), (model.norm, "norm"),
+                              (model.fc_norm, "fc_norm")):
+            if not isinstance(module, (nn.Identity, nn.LayerNorm)):
+                refuse(f"{where} of type {type(module).__name__} (LayerNorm or Identity expected)")
+        for i, blk in enumerate(model.blocks):
+            if type(blk) is not block_cls:
+                refuse(f"block {i} of type {type(blk).__name__}")
+            attn, mlp = blk.attn, blk.mlp
+            if type(attn) is not attn_cls:
+                refuse(f"attention {type(attn).__name__} in block {i}")
+            if not (isinstance(attn.q_norm, nn.Identity) and isinstance(attn.k_norm, nn.Identity)
+                    and isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity)
+                    and getattr(attn, "gate", None) is None):
+                refuse(f"qk-norm / scale-norm / gated attention in block {i}")
+            if type(mlp) is not mlp_cls or not isinstance(getattr(mlp, "norm", nn.Identity()), nn.Identity):
+                refuse(f"MLP {type(mlp).__name__} in block {i}")
+            for ls in (blk.ls1, blk.ls2):
+                if not isinstance(ls, (nn.Identity, ls_cls)):
+                    refuse(f"layer scale {type(ls).__name__} in block {i}")
+            for module, where in ((blk.norm1, "norm1"), (blk.norm2, "norm2")):
+                if not isinstance(module, nn.LayerNorm):
+                    refuse(f"{where} of type {type(module).__name__} in block {i}")
+        self.patch_embed = pe
+        self.blocks = model.blocks
+        self.num_prefix = 2 if self.distilled else 1
+        self.no_embed_class = bool(getattr(model, "no_embed_class", False))
+        self.dynamic_img_size = bool(getattr(model, "dynamic_img_size", False))
+
+    # ------------------------------------------------------------------ helpers
+    def default_composite(self, protocol: str = "official") -> str:
+        """``official_vit`` (PROTOCOL.md section 1). PROTOCOL.md names no vision rule correction, so the
+        ``corrected`` protocol keeps it too; true AttnLRP rules are ``rules="attnlrp"`` / ``"attnlrp_gamma"``."""
+        return "official_vit"
+
+    @property
+    def device(self) -> torch.device:
+        return self.patch_embed.proj.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.patch_embed.proj.weight.dtype
+
+    @property
+    def patch_size(self) -> tuple[int, int]:
+        return tuple(int(p) for p in self.patch_embed.patch_size)
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.patch_embed.proj.in_channels)
+
+    def prepare_pixels(self, pixel_values) -> torch.Tensor:
+        """Check a batch of normalised images and move it to the model's device and dtype: ``[B, C, H, W]``."""
+        if not isinstance(pixel_values, torch.Tensor):
+            raise BadInputError(f"pixel_values must be a tensor, got {type(pixel_values).__name__}",
+                                "pass normalised images as a float tensor [batch, 3, H, W]")
+        x = pixel_values
+        if x.dim() == 3:
+            x = x[None]
+        if x.dim() != 4 or x.shape[1] != self.in_chans:
+            raise BadInputError(f"pixel_values must have shape [batch, {self.in_chans}, H, W], got {tuple(x.shape)}",
+                                "pass images channels-first with a batch dimension")
+        if x.shape[0] == 0:
+            raise BadInputError("empty batch of images", "pass at least one image")
+        if not x.is_floating_point():
+            raise BadInputError(f"pixel_values must be floating point, got {x.dtype}",
+                                "convert to float and normalise with the model's mean/std")
+        h, w = int(x.shape[2]), int(x.shape[3])
+        ph, pw = self.patch_size
+        if self.dynamic_img_size:
+            if h % ph or w % pw or h < ph or w < pw:
+                raise BadInputError(f"image size {h}x{w} is not a multiple of the patch size {ph}x{pw}",
+                                    f"resize to a multiple of {ph}x{pw}")
+        else:
+            expected = tuple(int(s) for s in self.patch_embed.img_size)
+            grid = tuple(int(g) for g in self.patch_embed.grid_size)
+            if getattr(self.patch_embed, "strict_img_size", True):
+                ok = (h, w) == expected
+            else:
+                ok = (h // ph, w // pw) == grid and h % ph == 0 and w % pw == 0
+            if not ok:
+                raise BadInputError(f"image size {h}x{w} does not match the model's {expected[0]}x{expected[1]}",
+                                    f"resize the images to {expected[0]}x{expected[1]} (PROTOCOL.md section 3)")
+        x = x.to(device=self.device, dtype=self.dtype)
+        if not bool(torch.isfinite(x).all()):
+            raise BadInputError("pixel_values contain NaN or infinite values", "check the image loading")
+        return x
+
+    def check_composite(self, composite: Composite) -> Composite:
+        """Refuse composites naming gamma roles this twin does not have (they would be silently ignored)."""
+        unknown = sorted(set(composite.linear_gamma) - set(GAMMA_ROLES))
+        if unknown:
+            raise BadInputError(f"composite {composite.name!r} sets gamma for unknown layer roles {unknown}",
+                                f"DeiT/ViT roles are: {', '.join(GAMMA_ROLES)}")
+        return composite
+
+    @staticmethod
+    def activation_rule(composite: Composite) -> str:
+        """Rule for the MLP activation. A ViT MLP has no gated product; CP-LRP's "gates are constants" then means
+        the activation's self-gate ``f(x) / x`` is constant (``GELU(x) = x * Phi(x)``), which is the identity rule."""
+        return "identity" if composite.activation == "constant" else composite.activation
+
+    def position_table(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The ``[1, N, D]`` position embedding used for a ``grid`` of patches (resampled as timm does for
+        ``dynamic_img_size`` models; a fixed table otherwise)."""
+        pos = self.model.pos_embed
+        if self.dynamic_img_size:
+            from timm.layers import resample_abs_pos_embed
+            pos = resample_abs_pos_embed(pos, new_size=list(grid), old_size=list(self.patch_embed.grid_size),
+                                         num_prefix_tokens=0 if self.no_embed_class else self.num_prefix)
+        return pos.detach()
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, pixels: torch.Tensor, composite: Composite, *, attention: str = "sdpa",
+                recorder: rules.AttentionRecorder | None = None) -> DeitForward:
+        """One LRP-aware forward from the pixel leaf ``pixels`` (``requires_grad``) to the logits.
+
+        ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
+        """
+        composite = self.check_composite(get_composite(composite))
+        model = self.model
+        b = pixels.shape[0]
+        tokens, grid = self._embed_patches(pixels, composite)
+        prefix_params = [model.cls_token] + ([model.dist_token] if self.distilled else [])
+        prefix = torch.cat([p.detach().expand(b, -1, -1) for p in prefix_params], 1).clone().requires_grad_(True)
+        pos = self.position_table(grid).expand(b, -1, -1).clone().requires_grad_(True)
+        if self.no_embed_class:
+            x = torch.cat([prefix, tokens + pos], 1)
+        else:
+            x = torch.cat([prefix, tokens], 1) + pos
+        x = self._norm(model.norm_pre, x, composite)
+        for blk in self.blocks:
+            x = self._block(blk, x, composite, attention, recorder)
+        x = self._norm(model.norm, x, composite)
+        head_gamma = composite.gamma_for("head")
+        if self.distilled:
+            logits = (gamma_module(model.head, x[:, 0], head_gamma)
+                      + gamma_module(model.head_dist, x[:, 1], head_gamma)) / 2
+        else:
+            pooled = self._norm(model.fc_norm, x[:, 0], composite)
+            logits = gamma_module(model.head, pooled, head_gamma)
+        return DeitForward(logits, pixels, tokens, prefix, pos, grid)
+
+    def _embed_patches(self, pixels: torch.Tensor, composite: Composite) -> tuple[torch.Tensor, tuple[int, int]]:
+        z = gamma_module(self.patch_embed.proj, pixels, composite.gamma_for("patch_embed"))
+        grid = (int(z.shape[-2]), int(z.shape[-1]))
+        tokens = z.flatten(2).transpose(1, 2)
+        return self._norm(self.patch_embed.norm, tokens, composite), grid
+
+    @staticmethod
+    def _norm(module: nn.Module, x: torch.Tensor, composite: Composite) -> torch.Tensor:
+        if isinstance(module, nn.Identity):
+            return x
+        return rules.layer_norm(x, module.weight, module.bias, module.eps, composite.norm)
+
+    def _block(self, blk, x, composite: Composite, attention: str, recorder) -> torch.Tensor:
+        h = self._attention(blk.attn, self._norm(blk.norm1, x, composite), composite, attention, recorder)
+        x = x + _layer_scale(blk.ls1, h)
+        h = self._mlp(blk.mlp, self._norm(blk.norm2, x, composite), composite)
+        return x + _layer_scale(blk.ls2, h)
+
+    def _attention(self, attn, h, composite: Composite, attention: str, recorder) -> torch.Tensor:
+        b, n, _ = h.shape
+        heads, head_dim = attn.num_heads, attn.head_dim
+        qkv = gamma_module(attn.qkv, h, composite.gamma_for("qkv"))
+        q, k, v = qkv.reshape(b, n, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        o = rules.attention(q, k, v, mask=None, causal=False, scale=attn.scale,
+                            weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
+                            qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder)
+        o = o.transpose(1, 2).reshape(b, n, heads * head_dim)
+        return gamma_module(attn.proj, o, composite.gamma_for("attn_out"))
+
+    def _mlp(self, mlp, h, composite: Composite) -> torch.Tensor:
+        gamma = composite.gamma_for("mlp")
+        h = gamma_module(mlp.fc1, h, gamma)
+        h = rules.activation(h, mlp.act, self.activation_rule(composite))
+        return gamma_module(mlp.fc2, h, gamma)
+
+    # ------------------------------------------------------------------ explain
+    def explain(self, pixel_values, *, method, composite, target=None, aggregation: str = "official",
+                attention_mask=None, attention: str = "sdpa") -> Explanation:
+        """Explain a batch of normalised images (PROTOCOL.md section 1, vision column).
+
+        ``target``: ``None`` explains the predicted class; an int or a ``[B]`` tensor selects the class.
+        Returns an :class:`Explanation` with ``scores`` ``[B, H, W]`` (the method's ReLU'd map), ``semantic``
+        ``[B, H, W]`` (signed, summed over RGB), ``positional`` ``[B, Hp, Wp]`` (signed, prefix tokens dropped),
+        ``logit`` / ``target`` ``[B]`` and extras:
+
+        * ``cls_semantic``, ``cls_positional`` ``[B]`` (and ``dist_semantic``, ``dist_positional`` for distilled
+          models): the prefix-token terms the official aggregation drops;
+        * ``patch_semantic`` ``[B, Hp, Wp]``: token-level semantic relevance ``sum_d R(E_p)[d]`` before the
+          patch-embedding rule;
+        * Appendix F totals ``[B]``: ``semantic_total`` / ``positional_total`` (patches only, what the maps use)
+          and ``semantic_total_incl_prefix`` / ``positional_total_incl_prefix`` (CLS and distillation terms added);
+        * ``patch_size`` ``(ph, pw)``.
+        """
+        from ..methods.language import resolve_target
+        from ..methods.pixel_aggregation import aggregate_pixels, check_vision_method
+        from ..methods.registry import get_method
+
+        method = get_method(method)
+        composite = self.check_composite(get_composite(composite))
+        check_vision_method(method, aggregation)
+        if attention_mask is not None:
+            raise BadInputError("attention_mask was given for a vision transformer", "pass attention_mask=None")
+        pixels = self.prepare_pixels(pixel_values)
+        out_dtype = torch.float64 if pixels.dtype == torch.float64 else torch.float32
+        with torch.enable_grad():
+            leaf = pixels.detach().clone().requires_grad_(True)
+            out = self.forward(leaf, composite, attention=attention)
+            tgt = resolve_target(target, out.logits)
+            explained = out.logits.gather(1, tgt[:, None])[:, 0]
+            sinks = [out.pixels, out.patch_tokens, out.prefix, out.pos_embed]
+            grads = torch.autograd.grad(explained, sinks, grad_outputs=one_hot_seed(explained), allow_unused=True)
+        r_pix, r_tok, r_pre, r_pos = [
+            (x.detach().to(out_dtype) * (torch.zeros_like(x) if g is None else g).to(out_dtype))
+            for x, g in zip(sinks, grads)]
+        b = pixels.shape[0]
+        hp, wp = out.grid
+        semantic = r_pix.sum(1)
+        patch_semantic = r_tok.sum(-1).reshape(b, hp, wp)
+        prefix_semantic = r_pre.sum(-1)
+        pos_tokens = r_pos.sum(-1)
+        if self.no_embed_class:
+            prefix_positional = torch.zeros_like(prefix_semantic)
+            positional = pos_tokens.reshape(b, hp, wp)
+        else:
+            prefix_positional = pos_tokens[:, :self.num_prefix]
+            positional = pos_tokens[:, self.num_prefix:].reshape(b, hp, wp)
+        scores = aggregate_pixels(method, aggregation, semantic=semantic, positional=positional,
+                                  patch_size=self.patch_size)
+        semantic_total = semantic.sum((1, 2))
+        positional_total = positional.sum((1, 2))
+        extras = {
+            "cls_semantic": prefix_semantic[:, 0],
+            "cls_positional": prefix_positional[:, 0],
+            "patch_semantic": patch_semantic,
+            "semantic_total": semantic_total,
+            "positional_total": positional_total,
+            "semantic_total_incl_prefix": semantic_total + prefix_semantic.sum(1),
+            "positional_total_incl_prefix": positional_total + prefix_positional.sum(1),
+            "patch_size": self.patch_size,
+        }
+        if self.distilled:
+            extras["dist_semantic"] = prefix_semantic[:, 1]
+            extras["dist_positional"] = prefix_positional[:, 1]
+        return Explanation(scores=scores, semantic=semantic, positional=positional,
+                           logit=explained.detach().to(out_dtype), target=tgt, method=method.name,
+                           rules=composite.name, aggregation=aggregation, extras=extras)
+
+
+def _layer_scale(ls: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """timm ``LayerScale``: an elementwise product with a constant (epsilon rule = plain gradient)."""
+    return h if isinstance(ls, nn.Identity) else h * ls.gamma
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+def load_deit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None = None, pretrained: bool = True,
+              **model_kwargs):
+    """Load a DeiT / ViT as a timm model in eval mode (PROTOCOL.md section 5).
+
+    * ``checkpoint``: a local file, e.g. an official facebookresearch/deit ``.pth`` (``{'model': state_dict}``;
+      ``{'state_dict': ...}`` and bare state dicts work too), loaded strictly into ``timm.create_model(name)``
+      (timm's ViT checkpoint filter adapts legacy layouts and resamples a position embedding of another size).
+    * else ``pretrained=True``: timm's ``{name}.fb_in1k`` weights (= the official DeiT checkpoints) from the local
+      Hugging Face cache, or downloaded when the hub is reachable (never waits on an unreachable hub).
+    * else a randomly initialised model.
+
+    ``model_kwargs`` go to ``timm.create_model`` (e.g. ``num_classes``, ``embed_dim``, ``depth`` for custom
+    checkpoints). Problems raise one-line :class:`UnsupportedModelError` (unknown name),
+    :class:`MissingDataError` (file missing / unreadable, weights unavailable offline) or :class:`BadInputError`
+    (checkpoint does not fit the architecture).
+    """
+    import timm
+
+    base, _, tag = str(name).partition(".")
+    if not timm.is_model(base):
+        raise UnsupportedModelError(f"unknown timm model {name!r}",
+                                    "use e.g. deit_tiny_patch16_224, deit_small_patch16_224 or deit_base_patch16_224")
+    if checkpoint is not None:
+        model = _create(timm, base, False, model_kwargs)
+        _load_checkpoint(model, Path(checkpoint), base)
+    elif pretrained:
+        tagged = f"{base}.{tag or 'fb_in1k'}"
+        model = _create_pretrained(timm, tagged, model_kwargs)
+    else:
+        model = _create(timm, base, False, model_kwargs)
+    return model.eval()
+
+
+def _create(timm, name: str, pretrained: bool, kwargs: dict, **extra):
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs, **extra)
+    except TypeError as err:
+        raise BadInputError(f"bad model arguments for {name}: {err}", "pass only timm VisionTransformer "
+                                                                       "arguments (e.g. num_classes)") from None
+
+
+def _load_checkpoint(model, path: Path, name: str) -> None:
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    if not path.is_file():
+        raise MissingDataError(f"checkpoint {path} does not exist",
+                               "download the official DeiT weights from https://github.com/facebookresearch/deit "
+                               "(e.g. deit_tiny_patch16_224-a1311bcf.pth) or fix the path")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise MissingDataError(f"cannot read checkpoint {path} ({type(err).__name__})",
+                               "pass a PyTorch .pth/.pt file holding a state dict") from None
+    if not isinstance(state, dict):
+        raise MissingDataError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict",
+                               "save model.state_dict() (or {'model': state_dict})")
+    try:
+        state = checkpoint_filter_fn(state, model)
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, KeyError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BadInputError(f"checkpoint {path.name} does not fit {name}: {first}",
+                            "pass the architecture it was trained with (name, and e.g. num_classes / embed_dim / "
+                            "depth as keyword arguments)") from None
+
+
+def _create_pretrained(timm, tagged: str, kwargs: dict):
+    from timm.models import get_pretrained_cfg
+
+    fix = (f"download {tagged} once with network access (timm.create_model('{tagged}', pretrained=True)) or pass "
+           "checkpoint=<official .pth from https://github.com/facebookresearch/deit>")
+    cfg = get_pretrained_cfg(tagged)
+    if cfg is None:
+        raise UnsupportedModelError(f"timm has no pretrained weights {tagged!r}", "check the tag (e.g. .fb_in1k)")
+    cached = _cached_hub_file(cfg.hf_hub_id) if cfg.hf_hub_id else None
+    if cached is not None:
+        return _create(timm, tagged, True, kwargs, pretrained_cfg_overlay={"file": cached})
+    if _hub_offline() or not _hub_reachable():
+        raise MissingDataError(f"pretrained weights {tagged} are not in the local cache and the hub is unreachable",
+                               fix)
+    try:
+        return _create(timm, tagged, True, kwargs)
+    except (OSError, ConnectionError, RuntimeError) as err:
+        raise MissingDataError(f"cannot download {tagged} ({type(err).__name__})", fix) from None
+
+
+def _cached_hub_file(repo_id: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return None
+    for filename in ("model.safetensors", "pytorch_model.bin"):
+        path = try_to_load_from_cache(repo_id, filename)
+        if isinstance(path, str):
+            return path
+    return None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hugging Face endpoint opens within ``timeout`` seconds (so an offline
+    machine fails in seconds instead of timm's minute of retries)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    parsed = urlparse(endpoint)
+    host = parsed.hostname or "huggingface.co"
+    port = parsed.port or (443 if parsed.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,65 @@
+"""``palrp-bench-report``: tidy CSVs -> the paper's tables (Markdown, LaTeX), paired tests, plots.
+
+::
+
+    palrp-bench-report                       # the newest run under ./runs
+    palrp-bench-report runs/2025-01-01_12-00-00 other/results.csv --interval t --out report/
+
+Also reachable as ``palrp-bench mode=report run_dir=<run>``. Errors are one line and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..errors import MissingDataError, PalrpError
+from .build import build_report
+
+
+def latest_run(root: Path) -> Path:
+    """The most recently modified run directory under ``root`` that has results."""
+    candidates = [p.parent for p in Path(root).glob("*/results.csv")]
+    if not candidates:
+        raise MissingDataError(f"no finished run under {root}/",
+                               "run `make demo` (or palrp-bench) first, or pass a run directory / results.csv")
+    return max(candidates, key=lambda p: (p / "results.csv").stat().st_mtime)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="palrp-bench-report", description=__doc__.split("\n")[0])
+    p.add_argument("paths", nargs="*", type=Path, help="run directories or results.csv files (default: newest run)")
+    p.add_argument("--runs-root", type=Path, default=Path("runs"), help="where to look for the newest run")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/report)")
+    p.add_argument("--interval", choices=("bootstrap", "t"), default="bootstrap", help="confidence interval")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--paper-dir", type=Path, default=None, help="published numbers (default: results/paper)")
+    p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if not 0.0 < args.confidence < 1.0:
+            from ..errors import BadInputError
+
+            raise BadInputError(f"--confidence must be in (0, 1), got {args.confidence}", "use e.g. --confidence 0.95")
+        paths = args.paths or [latest_run(args.runs_root)]
+        cfg = SimpleNamespace(interval=args.interval, confidence=args.confidence, n_boot=args.n_boot,
+                              gallery_ids=[s for s in args.gallery_ids.split(",") if s], out_dir=args.out,
+                              paper_dir=args.paper_dir)
+        result = build_report(paths, cfg, plots=not args.no_plots)
+    except PalrpError as err:
+        print(f"palrp-bench-report: error: {err}", file=sys.stderr)
+        return 2
+    print(result.text)
+    print(f"\nwritten: {', '.join(str(f) for f in result.files[:6])}" + (" ..." if len(result.files) > 6 else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""One invocation of ``palrp-bench`` from a composed config: plan, check, run, merge, summarise.
+
+DESIGN.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> per shard:
+... -> merge -> tidy CSV + manifest -> report. Hydra (``palrp_bench.cli``) composes and validates the config;
+everything after that is here, so tests can drive it without a command line.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .devices import resolve_devices
+from .execute import JobReport, write_json_atomic
+from .merge import MergeOutcome, merge_run
+from .plan import Cell, Job, plan_cells, plan_jobs
+from .preflight import check_requirements
+from .schema import Family, Mode
+from .workers import run_jobs
+
+log = logging.getLogger("palrp_bench.runner")
+
+#: model families that never need the network (the embedded default runs with the hub switched off)
+OFFLINE_FAMILIES = (Family.selftest, Family.tiny_text, Family.tiny_vit)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    cells: list[Cell]
+    jobs: list[Job]
+    reports: list[JobReport]
+    merge: MergeOutcome | None
+    summary: str
+
+
+def describe_plan(jobs: list[Job]) -> str:
+    lines = [f"{len(jobs)} job(s):"]
+    lines += [f"  {job.name}  metrics={','.join(job.cell.metrics)}" for job in jobs]
+    return "\n".join(lines)
+
+
+def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices: tuple[str, ...]) -> None:
+    from .manifest import environment
+
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
+    record = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(), "devices": list(devices),
+              "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+              "jobs": [job.name for job in jobs], "environment": environment()}
+    write_json_atomic(run_dir / "invocations" / f"{stamp}-{os.getpid()}.json", record)
+
+
+def _what(cfg: DictConfig, cells: list[Cell]) -> str:
+    if len(cells) == 1:
+        return f"cell {cells[0].key}"
+    return f"experiment {cfg.experiment.name}"
+
+
+def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
+    """Execute ``cfg`` (a composed :class:`~palrp_bench.runner.schema.PalrpConfig`)."""
+    mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
+    run_dir = Path(cfg.run_dir)
+    if mode == Mode.report:
+        from ..report.build import build_report
+
+        result = build_report([run_dir], cfg.report)
+        print(result.text, file=out)
+        return None
+    cells = plan_cells(cfg)
+    devices = resolve_devices(list(cfg.runner.devices))
+    jobs = plan_jobs(cfg, cells, devices.n_workers)
+    if mode == Mode.plan:
+        print(describe_plan(jobs), file=out)
+        return RunOutcome(run_dir, cells, jobs, [], None, "")
+    if all(c.model.family in OFFLINE_FAMILIES for c in cells):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_requirements(cells, devices, _what(cfg, cells))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _record_invocation(cfg, run_dir, jobs, devices.devices)
+    log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
+    reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
+                       log_every=int(cfg.runner.log_every))
+    merged = merge_run(run_dir)
+    from ..report.summary import summary_text
+
+    summary = summary_text(merged.results_csv, cfg.report)
+    print(summary, file=out)
+    print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
+          f"relevance); manifest: {merged.manifest}", file=out)
+    return RunOutcome(run_dir, cells, jobs, reports, merged, summary)

@@ -1,0 +1,121 @@
+"""Shard stores -> the run's tidy ``results.csv`` and ``manifest.json`` (DESIGN.md "Tidy CSV").
+
+``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
+plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, rules,
+aggregation. Scalar metrics have an empty ``step``. A sample whose relevance was non-finite has a single row
+``metric=nonfinite_relevance, value=1``.
+
+Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
+finishes, under an exclusive lock on ``<run_dir>/.merge.lock``; the last one sees every shard). Both files are
+written to a temporary name and renamed.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import MissingDataError
+from .execute import write_json_atomic
+from .manifest import environment
+from .store import decode_rows, iter_cell_records
+from .tasks import NONFINITE_METRIC
+
+RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "rules", "aggregation",
+                  "method", "sample_id", "metric", "variant", "step", "value"]
+
+
+@dataclass
+class MergeOutcome:
+    results_csv: Path
+    manifest: Path
+    n_rows: int
+    n_samples: int
+    n_nonfinite: int
+    n_cells: int
+
+
+def cell_dirs(run_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in Path(run_dir).glob("cells/*/*/*/cell.json"))
+
+
+def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
+    """Every stored row of the run as a tidy frame, and one summary per cell."""
+    run_dir = Path(run_dir)
+    run_id = run_dir.name
+    frames = []
+    cells = []
+    for cdir in cell_dirs(run_dir):
+        cell = json.loads((cdir / "cell.json").read_text())
+        records = [r for _, r in iter_cell_records(cdir)]
+        records.sort(key=lambda r: (r["order"], r["sample_id"]))
+        shards = [json.loads(p.read_text()) for p in sorted(cdir.glob("shard-*.status.json"))]
+        n_nonfinite = 0
+        rows = []
+        for rec in records:
+            info = rec.get("info", {})
+            rules = info.get("rules", cell.get("rules")) or ""
+            aggregation = info.get("aggregation", cell.get("aggregation")) or ""
+            for metric, variant, step, value in decode_rows(rec):
+                rows.append((rec["sample_id"], rules, aggregation, metric, variant, step, value))
+                n_nonfinite += int(metric == NONFINITE_METRIC)
+        frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "metric", "variant", "step", "value"])
+        for col in ("model", "quantization", "dtype", "task", "paper_task", "protocol", "method"):
+            frame[col] = cell[col]
+        frame["run"] = run_id
+        frames.append(frame[RESULT_COLUMNS])
+        cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"], "metrics": cell["metrics"],
+                      "settings": cell["settings"], "n_samples": len(records), "n_nonfinite": n_nonfinite,
+                      "shards": shards})
+    if frames:
+        df = pd.concat(frames, ignore_index=True)
+    else:
+        df = pd.DataFrame(columns=RESULT_COLUMNS)
+    return df, cells
+
+
+def _write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    df.to_csv(tmp, index=False, float_format="%.10g")
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def merge_run(run_dir: Path) -> MergeOutcome:
+    """(Re)build ``results.csv`` and ``manifest.json`` of ``run_dir`` from its shard stores."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "cells").is_dir():
+        raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",
+                               "pass the run_dir of a palrp-bench run")
+    with open(run_dir / ".merge.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            df, cells = collect_rows(run_dir)
+            csv_path = run_dir / "results.csv"
+            _write_csv_atomic(df, csv_path)
+            invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
+            manifest = {
+                "run": run_dir.name,
+                "run_dir": str(run_dir.resolve()),
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "results_csv": csv_path.name,
+                "columns": RESULT_COLUMNS,
+                "n_rows": int(len(df)),
+                "environment": environment(),
+                "seeds": sorted({c["settings"]["seed"] for c in cells}),
+                "devices": sorted({s.get("device") for c in cells for s in c["shards"] if s.get("device")}),
+                "cells": cells,
+                "invocations": invocations,
+            }
+            manifest_path = run_dir / "manifest.json"
+            write_json_atomic(manifest_path, manifest)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return MergeOutcome(csv_path, manifest_path, int(len(df)), int(sum(c["n_samples"] for c in cells)),
+                        int(sum(c["n_nonfinite"] for c in cells)), len(cells))

@@ -1,0 +1,140 @@
+"""Local execution: one worker per device, each pinned to it; the job list spread over the workers.
+
+With a single device the jobs run in this process. With several (``runner.devices=[0,1]``, or ``[cpu, cpu]``
+to exercise the path without GPUs) one ``spawn``-ed process per device pulls jobs from a shared queue until it
+is empty, so a slow cell does not hold the others back. A worker pins itself with ``torch.cuda.set_device``
+before loading anything and loads each model once for consecutive jobs. Results go straight to the shard
+stores, so the parent only collects reports; the first failure is re-raised as one line.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import traceback
+from pathlib import Path
+
+from ..errors import BadInputError, MissingDataError, PalrpError, UnsupportedModelError
+from .bundles import BundleCache
+from .execute import JobReport, run_job
+from .plan import Job
+
+log = logging.getLogger("palrp_bench.runner")
+
+_ERROR_TYPES = {cls.__name__: cls for cls in (BadInputError, MissingDataError, UnsupportedModelError, PalrpError)}
+
+
+def _pin(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+
+
+def run_jobs_in_process(jobs: list[Job], run_dir: Path, device: str, *, quiet: bool, log_every: int) -> list[JobReport]:
+    """Run every job sequentially on ``device`` in this process."""
+    _pin(device)
+    bundles = BundleCache()
+    return [run_job(job, run_dir, device, bundles, quiet=quiet, log_every=log_every) for job in jobs]
+
+
+def _setup_worker_logging(run_dir: Path, index: int) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(run_dir / "logs" / f"worker-{index}.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root.addHandler(handler)
+
+
+def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", results: "mp.Queue", quiet: bool,
+                 log_every: int) -> None:
+    """Entry point of a worker process (must stay importable for ``spawn``)."""
+    run_path = Path(run_dir)
+    _setup_worker_logging(run_path, index)
+    try:
+        _pin(device)
+    except Exception as err:  # noqa: BLE001
+        results.put(("error", index, "BadInputError", f"cannot use device {device}: {err}"))
+        return
+    bundles = BundleCache()
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            break
+        try:
+            report = run_job(job, run_path, device, bundles, quiet=quiet, log_every=log_every, position=index)
+            results.put(("ok", index, report, None))
+        except PalrpError as err:
+            results.put(("error", index, type(err).__name__, str(err)))
+            return
+        except BaseException as err:  # noqa: BLE001 - report, then stop this worker
+            logging.getLogger("palrp_bench.runner").error("%s failed:\n%s", job.name, traceback.format_exc())
+            results.put(("error", index, "RuntimeError", f"{job.name}: {type(err).__name__}: {err}"))
+            return
+    results.put(("exit", index, None, None))
+
+
+def run_jobs_on_workers(jobs: list[Job], run_dir: Path, devices: tuple[str, ...], *, quiet: bool,
+                        log_every: int) -> list[JobReport]:
+    """Spread ``jobs`` over one spawned worker process per entry of ``devices``."""
+    ctx = mp.get_context("spawn")
+    job_queue = ctx.Queue()
+    for job in jobs:
+        job_queue.put(job)
+    result_queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, name=f"palrp-worker-{i}",
+                         args=(i, dev, str(run_dir), job_queue, result_queue, quiet, log_every))
+             for i, dev in enumerate(devices)]
+    for p in procs:
+        p.start()
+    reports: list[JobReport] = []
+    errors: list[tuple[str, str]] = []
+    running = len(procs)
+    try:
+        while running:
+            try:
+                kind, index, payload, message = result_queue.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead and result_queue.empty():
+                    # a worker died without reporting (e.g. killed, out of memory)
+                    errors.append(("RuntimeError", f"worker {dead[0].name} died with exit code {dead[0].exitcode}"))
+                    break
+                continue
+            if kind == "ok":
+                reports.append(payload)
+            else:
+                running -= 1
+                if kind == "error":
+                    errors.append((payload, message))
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        raise
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    if errors:
+        name, message = errors[0]
+        cls = _ERROR_TYPES.get(name)
+        if cls is not None:
+            err = cls.__new__(cls)
+            PalrpError.__init__(err, message)
+            raise err
+        raise RuntimeError(message)
+    return reports
+
+
+def run_jobs(jobs: list[Job], run_dir: Path, devices: tuple[str, ...], *, quiet: bool = False,
+             log_every: int = 50) -> list[JobReport]:
+    """Run ``jobs`` locally on ``devices`` (in process for one device, worker processes otherwise)."""
+    if not jobs:
+        return []
+    if len(devices) == 1:
+        return run_jobs_in_process(jobs, run_dir, devices[0], quiet=quiet, log_every=log_every)
+    return run_jobs_on_workers(jobs, run_dir, devices, quiet=quiet, log_every=log_every)

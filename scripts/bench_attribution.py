@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Cost of one attribution: grad_x_input vs attnlrp vs pa_lrp, measured in the same run.
+
+For each sequence length: milliseconds per attribution (median of --repeats after --warmup) and peak memory
+(CUDA: torch.cuda.max_memory_allocated; CPU: peak RSS growth of this process, a coarse upper bound), and the
+ratio to plain Gradient x Input. Parameters are frozen for every method, so the floor is one forward plus one
+input-gradient backward. Target (issue "LRP engine"): pa_lrp <= 1.15x grad_x_input; memory linear in length
+(fused SDPA: no attention matrix is materialised).
+
+    python scripts/bench_attribution.py                       # tiny-ish random LLaMA on CPU, 512 and 2048
+    python scripts/bench_attribution.py --preset tinyllama --device cuda --dtype bfloat16 --lengths 512 2048 4096
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import threading
+import gc
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+from palrp_bench import explain
+
+PRESETS = {
+    # small enough for a laptop CPU, large enough that matmuls dominate
+    "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=4, vocab_size=32000),
+    # TinyLlama 1.1B shapes (random weights)
+    "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                      num_key_value_heads=4, vocab_size=32000),
+    # LLaMA-2 7B shapes
+    "llama2_7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=32, vocab_size=32000),
+}
+METHODS = ("grad_x_input", "attnlrp", "pa_lrp")
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+class RssSampler(threading.Thread):
+    """Samples this process's resident memory every millisecond (CPU peak-memory probe)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak = current_rss_mb()
+        self.running = True
+
+    def run(self):
+        while self.running:
+            self.peak = max(self.peak, current_rss_mb())
+            time.sleep(0.001)
+
+    def stop(self) -> float:
+        self.running = False
+        self.join()
+        return max(self.peak, current_rss_mb())
+
+
+def time_once(model, ids, method, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    explain(model, ids, method=method)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1000
+
+
+def peak_memory_mb(args, length, method) -> float:
+    """Extra peak memory of one attribution. CUDA: allocator high-water mark. CPU: in a fresh process
+    (``--_memory-probe``), the peak resident memory sampled every millisecond during the attribution minus the
+    resident memory just before it (after freeing what building the model left behind)."""
+    if args.device.startswith("cuda"):
+        model, ids = build(args, length)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        explain(model, ids, method=method)
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
+           "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return float(out)
+
+
+def build(args, length):
+    cfg = transformers.LlamaConfig(**PRESETS[args.preset], max_position_embeddings=max(args.lengths))
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    model = transformers.LlamaForCausalLM(cfg).to(dtype=getattr(torch, args.dtype), device=device).eval()
+    model.requires_grad_(False)  # frozen parameters for every method: the floor is forward + input-grad backward
+    ids = torch.randint(3, cfg.vocab_size, (args.batch, length), device=device)
+    ids[:, 0] = 1
+    return model, ids
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 2048])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.memory_probe:
+        model, ids = build(args, args.lengths[0])
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        base = current_rss_mb()
+        sampler = RssSampler()
+        sampler.start()
+        explain(model, ids, method=args.memory_probe)
+        print(sampler.stop() - base)
+        return
+    cfg = transformers.LlamaConfig(**PRESETS[args.preset])
+    print(f"# preset={args.preset} layers={cfg.num_hidden_layers} hidden={cfg.hidden_size} dtype={args.dtype} "
+          f"device={device} batch={args.batch} threads={torch.get_num_threads()} torch={torch.__version__}")
+    print("| length | method | ms / attribution | ratio vs grad_x_input | peak mem (MiB) |")
+    print("|---:|---|---:|---:|---:|")
+    for length in args.lengths:
+        model, ids = build(args, length)
+        for _ in range(args.warmup):
+            for m in METHODS:
+                time_once(model, ids, m, device)
+        times = {m: [] for m in METHODS}
+        for _ in range(args.repeats):  # interleaved, so drifting machine load hits every method alike
+            for m in METHODS:
+                times[m].append(time_once(model, ids, m, device))
+        ms = {m: statistics.median(t) for m, t in times.items()}
+        del model
+        for m in METHODS:
+            mem = peak_memory_mb(args, length, m)
+            print(f"| {length} | {m} | {ms[m]:.1f} | {ms[m] / ms['grad_x_input']:.3f} | {mem:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

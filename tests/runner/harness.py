@@ -1,0 +1,49 @@
+"""Helpers shared by the harness tests (tests/runner, tests/cli, tests/report): compose a config as the CLI
+would, run the CLI in a subprocess, read a run's tidy results."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from hydra import compose, initialize_config_dir
+
+from palrp_bench.runner.catalog import CONFIG_DIR
+from palrp_bench.runner.schema import register_schemas
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def compose_cfg(run_dir: Path, *overrides: str):
+    """The config ``palrp-bench run_dir=<run_dir> <overrides>`` would run with."""
+    register_schemas()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=[f"run_dir={run_dir}", *overrides])
+
+
+def cli_env() -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return env
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "palrp_bench.cli", *args]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``palrp-bench <args>`` to completion and capture its output."""
+    return subprocess.run(cli_command(*args), cwd=cwd, env=cli_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def read_results(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(Path(run_dir) / "results.csv", dtype={"variant": str, "sample_id": str})
+
+
+def per_sample_values(df: pd.DataFrame) -> pd.Series:
+    """``value`` indexed by (method, sample_id, metric, variant, step) -- what must not depend on sharding."""
+    key = ["method", "sample_id", "metric", "variant", "step"]
+    return df.assign(step=df["step"].fillna(-1.0)).set_index(key)["value"].sort_index()

@@ -1,0 +1,76 @@
+"""Tidy CSV + manifest (DESIGN.md "Tidy CSV"), and the multi-worker path on two CPU worker processes."""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from palrp_bench.runner.app import run
+from palrp_bench.runner.merge import RESULT_COLUMNS, merge_run
+from palrp_bench.errors import MissingDataError
+from runner.harness import compose_cfg, per_sample_values, read_results
+
+SELFTEST = ("experiment=selftest", "task=selftest", "runner.quiet=true")
+
+
+def test_tidy_csv_is_long_and_self_describing(tmp_path):
+    run(compose_cfg(tmp_path / "r1", *SELFTEST, "task.options.n=6", "protocol=corrected", "rules=cp_lrp",
+                    "seed=7"), out=open("/dev/null", "w"))
+    df = read_results(tmp_path / "r1")
+    assert list(df.columns) == RESULT_COLUMNS
+    assert set(df.run) == {"r1"} and set(df.model) == {"selftest"} and set(df.task) == {"selftest"}
+    assert set(df.protocol) == {"corrected"} and set(df.rules) == {"cp_lrp"} and set(df.quantization) == {"none"}
+    assert set(df.aggregation) == {"official"} and set(df.dtype) == {"float32"}
+    assert len(df) == 2 * 6 * 45
+    scalar = df[df.metric == "correct"]
+    assert scalar.step.isna().all() and set(scalar.variant) == {"all"}
+    manifest = json.loads((tmp_path / "r1/manifest.json").read_text())
+    assert manifest["seeds"] == [7] and manifest["devices"] == ["cpu"] and manifest["n_rows"] == len(df)
+    assert manifest["environment"]["versions"]["torch"] and "commit" in manifest["environment"]["git"]
+    assert manifest["invocations"][0]["config"]["protocol"] == "corrected"
+    assert {c["key"] for c in manifest["cells"]} == {"selftest/selftest/attnlrp", "selftest/selftest/pa_lrp"}
+    # merging again is idempotent
+    before = (tmp_path / "r1/results.csv").read_bytes()
+    merge_run(tmp_path / "r1")
+    assert (tmp_path / "r1/results.csv").read_bytes() == before
+
+
+def test_merge_of_a_non_run_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(MissingDataError, match="holds no results"):
+        merge_run(tmp_path)
+
+
+def test_two_cpu_workers_give_the_single_worker_results(tmp_path):
+    single = run(compose_cfg(tmp_path / "one", *SELFTEST, "task.options.n=24"), out=open("/dev/null", "w"))
+    double = run(compose_cfg(tmp_path / "two", *SELFTEST, "task.options.n=24", "runner.devices=[cpu,cpu]"),
+                 out=open("/dev/null", "w"))
+    assert len(double.jobs) == 4 and {j.n_shards for j in double.jobs} == {2}  # one shard per worker
+    assert sorted(r.job for r in double.reports) == sorted(j.name for j in double.jobs)
+    assert (tmp_path / "two/logs/worker-0.log").exists() and (tmp_path / "two/logs/worker-1.log").exists()
+    pd.testing.assert_series_equal(per_sample_values(read_results(tmp_path / "one")),
+                                   per_sample_values(read_results(tmp_path / "two")))
+
+
+def test_a_worker_error_surfaces_as_one_line(tmp_path):
+    from palrp_bench.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="task.options.n must be >= 1"):
+        run(compose_cfg(tmp_path, *SELFTEST, "task.options.n=0", "runner.devices=[cpu,cpu]"),
+            out=open("/dev/null", "w"))
+
+
+@pytest.mark.cuda
+def test_one_worker_per_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices (this machine has "
+                    f"{torch.cuda.device_count()}); the same path runs on CPU workers in the test above")
+    outcome = run(compose_cfg(tmp_path, *SELFTEST, "runner.devices=[0,1]"), out=open("/dev/null", "w"))
+    assert {r.device for r in outcome.reports} == {"cuda:0", "cuda:1"}
+
+
+def test_step_values_are_exact_fractions(tmp_path):
+    run(compose_cfg(tmp_path, *SELFTEST, "task.options.n=2"), out=open("/dev/null", "w"))
+    steps = sorted(read_results(tmp_path).step.dropna().unique())
+    assert all(math.isclose(s, k / 10, abs_tol=1e-12) for s, k in zip(steps, range(11)))

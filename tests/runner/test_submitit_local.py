@@ -1,0 +1,25 @@
+"""SLURM path through the Hydra submitit launcher, exercised with its local executor: one shard per array
+element, all shards writing into one run dir, merged by the last job (issue "Runner", cluster)."""
+import os
+
+import pandas as pd
+
+from palrp_bench.runner.app import run
+from runner.harness import compose_cfg, per_sample_values, read_results, run_cli
+
+
+def test_submitit_local_array_of_shards(tmp_path):
+    run_dir = tmp_path / "sweep"
+    done = run_cli("-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", "experiment=selftest",
+                   "task=selftest", "task.options.n=12", "runner.n_shards=2", "runner.shard=0,1",
+                   "runner.quiet=true", f"run_dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in (run_dir / "jobs").iterdir()) == ["0", "1"]
+    assert list((run_dir / ".submitit").iterdir())  # really went through submitit
+    stores = sorted(p.name for p in (run_dir / "cells/selftest/selftest/attnlrp").glob("shard-*.jsonl"))
+    assert stores == ["shard-000-of-002.jsonl", "shard-001-of-002.jsonl"]
+    reference = tmp_path / "reference"
+    run(compose_cfg(reference, "experiment=selftest", "task=selftest", "task.options.n=12", "runner.quiet=true"),
+        out=open(os.devnull, "w"))
+    pd.testing.assert_series_equal(per_sample_values(read_results(run_dir)),
+                                   per_sample_values(read_results(reference)))

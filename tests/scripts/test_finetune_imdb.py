@@ -1,0 +1,185 @@
+"""scripts/finetune_imdb.py: the official recipe on a tiny random classifier (smoke), resume, data path, errors."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "finetune_imdb.py"
+
+
+@pytest.fixture(scope="module")
+def ft():
+    spec = importlib.util.spec_from_file_location("finetune_imdb", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["finetune_imdb"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _history(folder: Path) -> list[dict]:
+    return json.loads((folder / "history.json").read_text())["history"]
+
+
+def _trainable_state(folder: Path) -> dict:
+    checkpoints = sorted(folder.glob("checkpoint_*"))
+    assert len(checkpoints) == 1, checkpoints  # only the latest is kept
+    return torch.load(checkpoints[0] / "training_state.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ft, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke_full")
+    assert ft.main(["--smoke", "--output-dir", str(out)]) == 0
+    return out
+
+
+def test_smoke_follows_the_recipe(ft, uninterrupted):
+    history = _history(uninterrupted)
+    assert [row["epoch"] for row in history] == [0, 1, 2]
+    # linear warm-up over 5 epochs to lr 5e-4 (2 steps per epoch: 64 rows, batch 32)
+    assert [row["lr_at_start"] for row in history] == pytest.approx([0.0, 1e-4, 2e-4])
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    config = json.loads((uninterrupted / "run_config.json").read_text())
+    assert config["recipe"]["lr"] == 5e-4 and config["recipe"]["batch_size"] == 32
+    assert config["recipe"]["warmup_epochs"] == 5 and config["recipe"]["grad_clip"] == 1.0
+
+    base = load_file(uninterrupted / "smoke_base_model" / "model.safetensors")
+    best = load_file(uninterrupted / "best" / "model.safetensors")
+    assert torch.equal(base["model.embed_tokens.weight"], best["model.embed_tokens.weight"])  # frozen
+    changed = [k for k in base if not torch.equal(base[k], best[k])]
+    assert "score.weight" in changed and "model.layers.0.self_attn.q_proj.weight" in changed
+    assert set(changed) == set(base) - {"model.embed_tokens.weight"}
+
+
+def test_best_checkpoint_reproduces_the_selection_accuracy(ft, uninterrupted):
+    from transformers import LlamaForSequenceClassification
+    record = json.loads((uninterrupted / "history.json").read_text())["best"]
+    model = LlamaForSequenceClassification.from_pretrained(uninterrupted / "best").eval()
+    examples = ft.smoke_examples(ft.SMOKE_VAL_ROWS, 42 + 1)
+    metrics = ft.evaluate(model, examples, 32, 2, 512, "check")
+    assert metrics["selection_accuracy"] == pytest.approx(record["selection_accuracy"])
+    best_row = max(_history(uninterrupted), key=lambda r: r["selection_accuracy"])
+    assert record["epoch"] == best_row["epoch"]
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(ft, uninterrupted, tmp_path):
+    out = tmp_path / "interrupted"
+    assert ft.main(["--smoke", "--output-dir", str(out), "--stop-after", "1"]) == 0
+    assert [row["epoch"] for row in _history(out)] == [0]
+    # a write that was killed half-way leaves a .tmp folder: it must be ignored
+    torn = out / "checkpoint_1.tmp"
+    torn.mkdir()
+    (torn / "training_state.pt").write_bytes(b"torn")
+    assert ft.latest_checkpoint(out).name == "checkpoint_0"
+    assert ft.main(["--smoke", "--output-dir", str(out), "--resume"]) == 0
+    assert not torn.exists()
+
+    full, resumed = _history(uninterrupted), _history(out)
+    assert len(full) == len(resumed) == 3
+    for a, b in zip(full, resumed):
+        for key in ("lr_at_start", "train_loss", "selection_loss", "selection_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
+    state_full, state_resumed = _trainable_state(uninterrupted), _trainable_state(out)
+    assert state_full["epoch"] == state_resumed["epoch"] == 2
+    for name, tensor in state_full["trainable"].items():
+        torch.testing.assert_close(tensor, state_resumed["trainable"][name], rtol=1e-5, atol=1e-6)
+
+
+def test_refuses_to_overwrite_and_checks_resume_settings(ft, uninterrupted, tmp_path, capsys):
+    assert ft.main(["--smoke", "--output-dir", str(uninterrupted)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert ft.main(["--smoke", "--output-dir", str(uninterrupted), "--resume", "--lr", "1e-3"]) == 2
+    assert "lr" in capsys.readouterr().err
+    assert ft.main(["--smoke", "--output-dir", str(tmp_path / "x"), "--epochs", "300"]) == 2
+    assert "schedule" in capsys.readouterr().err
+
+
+def test_quantized_smoke_trains_only_the_head(ft, tmp_path):
+    pytest.importorskip("bitsandbytes")
+    out = tmp_path / "quant"
+    assert ft.main(["--smoke", "--quantized", "--output-dir", str(out), "--epochs", "1"]) == 0
+    state = _trainable_state(out)
+    assert list(state["trainable"]) == ["score.weight"]
+    base = load_file(out / "smoke_base_model" / "model.safetensors")
+    assert not torch.equal(state["trainable"]["score.weight"].float(), base["score.weight"].bfloat16().float())
+    config = json.loads((out / "best" / "config.json").read_text())
+    quant = config["quantization_config"]
+    assert quant["bnb_4bit_quant_type"] == "nf4" and quant["bnb_4bit_use_double_quant"] is True
+
+
+def _word_tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["great", "awful", "movie", "plot", "actors", "the", "was", "a", "film", "boring", "fun"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    core = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def _imdb_csv(path: Path, rows: int = 40) -> Path:
+    import pandas as pd
+    good = ["the movie was great fun", "a great film", "great actors great plot", "fun fun film"]
+    bad = ["the movie was awful", "a boring film", "awful plot awful actors", "boring boring movie"]
+    records = [{"review": (good if i % 2 == 0 else bad)[i % 4], "sentiment": "positive" if i % 2 == 0 else
+                "negative"} for i in range(rows)]
+    pd.DataFrame(records).to_csv(path, index=False)
+    return path
+
+
+def test_real_data_path_with_a_local_model_and_csv(ft, tmp_path):
+    """The non-smoke path: local model folder + tokenizer, Kaggle-format CSV through palrp_bench.data.imdb."""
+    from palrp_bench.data.imdb import load_imdb
+
+    model_dir = ft.build_smoke_model(tmp_path / "base", seed=0)
+    tokenizer = _word_tokenizer()
+    tokenizer.save_pretrained(model_dir)
+    csv = _imdb_csv(tmp_path / "IMDB Dataset.csv")
+
+    train, held_out, _ = ft.imdb_examples(tokenizer, source="kaggle_csv", path=str(csv), train_rows=8, val_rows=4,
+                                          official_selection=False, max_length=512)
+    _, official, _ = ft.imdb_examples(tokenizer, source="kaggle_csv", path=str(csv), train_rows=8, val_rows=4,
+                                      official_selection=True, max_length=512)
+    test_rows = load_imdb("kaggle_csv", str(csv), "test", 4, tokenizer=tokenizer, pad_to_max=False)
+    assert official == [(list(s.input_ids), s.label) for s in test_rows]
+    first_train = load_imdb("kaggle_csv", str(csv), "train", 12, tokenizer=tokenizer, pad_to_max=False)
+    assert train == [(list(s.input_ids), s.label) for s in first_train[:8]]
+    assert held_out == [(list(s.input_ids), s.label) for s in first_train[8:12]]
+    assert all(ids[0] == 1 for ids, _ in train)
+
+    out = tmp_path / "run"
+    argv = ["--model", str(model_dir), "--imdb-path", str(csv), "--output-dir", str(out), "--train-rows", "8",
+            "--val-rows", "4", "--batch-size", "4", "--epochs", "1"]
+    assert ft.main(argv) == 0
+    assert (out / "best" / "tokenizer.json").is_file()
+    assert len(_history(out)) == 1
+
+
+def test_missing_model_and_data_fail_with_one_line(ft, tmp_path, capsys):
+    assert ft.main(["--model", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot load the tokenizer") and "\n" not in err
+
+    model_dir = ft.build_smoke_model(tmp_path / "base", seed=0)
+    _word_tokenizer().save_pretrained(model_dir)
+    assert ft.main(["--model", str(model_dir), "--imdb-path", str(tmp_path / "missing.csv"),
+                    "--output-dir", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "IMDB CSV not found" in err and "kaggle" in err.lower()
