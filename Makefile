@@ -24,13 +24,19 @@ test: setup
 demo: setup
 	$(VENV)/bin/palrp-bench
 
+# tests + the embedded experiment
 smoke: test demo
 
+# RUN: run directories / results.csv files (default: the newest run under runs/)
+RUN ?=
 report: setup
-	$(VENV)/bin/palrp-bench-report
+	$(VENV)/bin/palrp-bench-report $(RUN)
 
+# Real reproductions (GPU + data); on a machine without them they stop at once listing what is missing.
+# ARGS: extra overrides, e.g. make table1 ARGS="model=tinyllama model.source=/ckpt/tinyllama_imdb"
+ARGS ?=
 table1 table2 table3 table4 table5 appendix_f: setup
-	$(VENV)/bin/palrp-bench +experiment=$@
+	$(VENV)/bin/palrp-bench experiment=$@ $(ARGS)
 
 bench: setup
 	$(PY) scripts/bench_attribution.py

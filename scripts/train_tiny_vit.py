@@ -62,9 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", type=Path, default=ASSET_DIR, help="where to write the weights and json")
     p.add_argument("--seed", type=int, default=0, help="seed of the training data, init and batch order")
-    p.add_argument("--n-train", type=int, default=6000)
+    p.add_argument("--n-train", type=int, default=3000)
     p.add_argument("--n-test", type=int, default=1000, help="held-out samples (split 'test', seed+1)")
-    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                           leave=False):
             idx = permutation[start:start + args.batch_size]
             images = train_x[idx]
-            flip = torch.rand(len(idx), generator=order_rng) < 0.5  # every class is left-right symmetric
+            flip = torch.rand(len(idx), generator=order_rng) < 0.5  # the class (hue) is flip-invariant
             images = torch.where(flip.view(-1, 1, 1, 1), images.flip(-1), images)
             loss = F.cross_entropy(model(normalise(images)), train_y[idx])
             optimiser.zero_grad(set_to_none=True)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimiser.step()
             schedule.step()
-            running += float(loss) * len(idx)
+            running += loss.item() * len(idx)
         print(f"epoch {epoch + 1}: train loss {running / len(train_x):.4f}  "
               f"held-out acc {accuracy(model, test_x, test_y):.4f}  ({time.time() - started:.0f}s)")
 

@@ -39,7 +39,9 @@ MCQA_PROMPT_HEAD = "The following is multiple choice question (with answers).\n\
 MCQA_PROMPT_TAIL = "\n\nPlease make sure to answer (A,B,C, or D)\nAnswer is:"
 #: How many correctly answered questions the evaluation keeps.
 OFFICIAL_CORRECT_LIMIT = 1000
-_COLUMNS = ("id", "question", "choices", "answerKey")
+#: Required columns; ``choices`` is optional only because the original AI2 JSONL nests it in ``question``.
+_COLUMNS = ("id", "question", "answerKey")
+_OPTIONAL = ("choices",)
 
 __all__ = ["ANSWER_LETTERS", "format_mcqa_prompt", "load_arc_easy", "answer_letter_from_token",
            "predicted_letter", "select_correct"]
@@ -78,11 +80,13 @@ def _records(path: str | Path | None) -> list[tuple[str, dict]]:
                 for record in hub_records(dataset[split], name=HF_NAME, how_to_get=how)]
     path = Path(path).expanduser()
     if path.is_file() or (path / "state.json").is_file():  # one table (a file or a saved single Dataset)
-        return [("file", r) for r in iter_local_records(path, "", _COLUMNS, what="ARC-Easy", how_to_get=how)]
+        return [("file", r) for r in iter_local_records(path, "", _COLUMNS, what="ARC-Easy", how_to_get=how,
+                                                               optional=_OPTIONAL)]
     if (path / HF_CONFIG).is_dir():
         path = path / HF_CONFIG
     return [(split, record) for split in ARC_SPLITS
-            for record in iter_local_records(path, split, _COLUMNS, what=f"ARC-Easy {split}", how_to_get=how)]
+            for record in iter_local_records(path, split, _COLUMNS, what=f"ARC-Easy {split}", how_to_get=how,
+                                                 optional=_OPTIONAL)]
 
 
 def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> list[TextSample]:

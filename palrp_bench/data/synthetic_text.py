@@ -48,7 +48,7 @@ PAD_ID = EOS_ID
 SYMBOLS: tuple[str, ...] = ("\n", ".", ",", ":", "?", "(", ")")
 #: Words of the official MCQA prompt and of the synthetic question (besides the letters A-D).
 PROMPT_WORDS: tuple[str, ...] = ("The", "following", "is", "multiple", "choice", "question", "with", "answers",
-                                 "Please", "make", "sure", "to", "answer", "or", "Answer", "Which", "option")
+                                 "Please", "make", "sure", "to", "answer", "or", "Answer", "Which", "option", "a", "an")
 FILLERS: tuple[str, ...] = (
     "the", "film", "plot", "actor", "scene", "story", "music", "camera", "movie", "director", "script", "cast",
     "ending", "role", "and", "was", "it", "this", "very", "quite", "but", "also", "just", "really", "some", "more",
@@ -58,10 +58,14 @@ FILLERS: tuple[str, ...] = (
 TRIGGERS: tuple[str, ...] = ("superb", "brilliant", "masterpiece", "gripping")
 #: Look-alike words that never count.
 DECOYS: tuple[str, ...] = ("decent", "okay", "fine", "average")
-#: Option words of the MCQA task.
-OPTION_WORDS: tuple[str, ...] = (
-    "cat", "dog", "fish", "bird", "horse", "mouse", "lion", "tiger", "bear", "wolf", "fox", "deer", "goat", "sheep",
-    "cow", "frog", "owl", "duck", "crab", "seal", "whale", "shark", "snake", "bee")
+#: Option words of the MCQA task, by category; the question asks for one category (singular noun, article).
+OPTION_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "animal": ("cat", "dog", "fish", "bird", "horse", "mouse", "lion", "bear"),
+    "fruit": ("apple", "pear", "plum", "grape", "lemon", "peach", "mango", "cherry"),
+    "tool": ("hammer", "saw", "drill", "wrench", "knife", "spade", "axe", "chisel"),
+}
+_ARTICLES = {"animal": "an", "fruit": "a", "tool": "a"}
+OPTION_WORDS: tuple[str, ...] = tuple(w for words in OPTION_CATEGORIES.values() for w in words)
 
 #: A trigger counts when it is one of the first TRIGGER_WINDOW words (token positions 1..TRIGGER_WINDOW).
 TRIGGER_WINDOW = 8
@@ -74,7 +78,8 @@ TOKEN_PATTERN = r"\w+|[^\w\s]|\n"
 TINY_LLAMA_ARCH: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                        max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
-                                       hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False)
+                                       hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False,
+                                       initializer_range=0.1)
 
 ModelKind = Literal["cls", "causal"]
 
@@ -84,7 +89,7 @@ __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "load_tiny_tokeniz
 
 
 def _build_vocab() -> dict[str, int]:
-    tokens = [*SPECIAL_TOKENS, *SYMBOLS, *ANSWER_LETTERS, *PROMPT_WORDS, *FILLERS, *TRIGGERS, *DECOYS, *OPTION_WORDS]
+    tokens = [*SPECIAL_TOKENS, *SYMBOLS, *ANSWER_LETTERS, *PROMPT_WORDS, *FILLERS, *TRIGGERS, *DECOYS, *OPTION_CATEGORIES, *OPTION_WORDS]
     if len(set(tokens)) != len(tokens):  # pragma: no cover - guards edits of the word lists
         raise RuntimeError("synthetic vocabulary has duplicate tokens")
     return {token: i for i, token in enumerate(tokens)}
@@ -203,14 +208,19 @@ def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[Text
     samples = []
     for i in range(int(n)):
         rng = _rng("mcqa", seed, split, i)
-        choices = [OPTION_WORDS[k] for k in rng.choice(len(OPTION_WORDS), size=len(ANSWER_LETTERS), replace=False)]
+        categories = list(OPTION_CATEGORIES)
+        asked = categories[int(rng.integers(0, len(categories)))]
+        others = [w for c in categories if c != asked for w in OPTION_CATEGORIES[c]]
+        distractors = [others[int(k)] for k in rng.permutation(len(others))[:len(ANSWER_LETTERS) - 1]]
         answer = int(rng.integers(0, len(ANSWER_LETTERS)))
-        question = f"Which option is {choices[answer]}?"
+        correct = OPTION_CATEGORIES[asked][int(rng.integers(0, len(OPTION_CATEGORIES[asked])))]
+        choices = distractors[:answer] + [correct] + distractors[answer:]
+        question = f"Which option is {_ARTICLES[asked]} {asked}?"
         prompt = format_mcqa_prompt(question, choices)
         ids = words_to_ids(prompt)
-        word_id, letter = VOCAB[choices[answer]], ANSWER_LETTERS[answer]
-        word_positions = [p for p, t in enumerate(ids) if t == word_id]  # in the question, then in the options
-        evidence = [word_positions[0], word_positions[1] - 2, word_positions[1]]  # "{letter} . {word}"
+        letter = ANSWER_LETTERS[answer]
+        word_position = ids.index(VOCAB[correct])
+        evidence = [ids.index(VOCAB[asked]), word_position - 2, word_position]  # category; "{letter} . {word}"
         samples.append(TextSample(
             sample_id=f"synth-mcqa-{split}-s{int(seed)}-{i:05d}", input_ids=ids, label=answer,
             meta={"task": "mcqa", "split": split, "seed": int(seed), "index": i, "prompt": prompt,

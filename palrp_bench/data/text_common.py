@@ -194,11 +194,17 @@ def _iter_file_records(file: Path, split: str, columns: Sequence[str]) -> Iterat
     yield from _read_json_records(file)
 
 
-def _check_columns(file: Path, columns: Sequence[str], what: str) -> None:
-    """Fail early with the list of missing columns (cheap: schema / header / first record only)."""
+def _columns_to_read(file: Path, columns: Sequence[str], optional: Sequence[str], what: str) -> list[str]:
+    """``columns`` plus the ``optional`` ones the file has; fails early, with the list, if a required one is
+    missing (cheap: schema / header / first record only)."""
     if _is_saved_dataset(file):
-        return  # checked by select_columns, re-raised below
-    if file.suffix == ".parquet":
+        import datasets
+
+        loaded = datasets.load_from_disk(str(file))
+        features = next(iter(loaded.values())).features if isinstance(loaded, datasets.DatasetDict) else \
+            loaded.features
+        present = set(features)
+    elif file.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         present = set(pq.ParquetFile(str(file)).schema_arrow.names)
@@ -212,20 +218,20 @@ def _check_columns(file: Path, columns: Sequence[str], what: str) -> None:
     missing = [c for c in columns if c not in present]
     if missing:
         raise BadInputError(f"{what} file {file} lacks the columns {missing} (has {sorted(present)})",
-                            f"use the published format with columns {list(columns)}")
+                            f"use the published format with columns {list(columns) + list(optional)}")
+    return list(columns) + [c for c in optional if c in present]
 
 
-def iter_local_records(path: str | Path, split: str, columns: Sequence[str], *, what: str,
-                       how_to_get: str) -> Iterator[dict]:
-    """Records (dicts with ``columns``) of ``split`` from a local copy, lazily and in file order.
-
-    Parquet files are streamed batch by batch, so reading the first rows of a large shard is cheap.
-    """
+def iter_local_records(path: str | Path, split: str, columns: Sequence[str], *, what: str, how_to_get: str,
+                       optional: Sequence[str] = ()) -> Iterator[dict]:
+    """Records (dicts with ``columns`` and whichever ``optional`` columns exist) of ``split`` from a local copy,
+    lazily and in file order. Parquet files are streamed batch by batch, so reading the first rows of a large
+    shard is cheap."""
     files = find_split_files(Path(path), split, what=what, how_to_get=how_to_get)
     for file in files:
-        _check_columns(file, columns, what)
+        wanted = _columns_to_read(file, columns, optional, what)
         try:
-            yield from _iter_file_records(file, split, columns)
+            yield from _iter_file_records(file, split, wanted)
         except (OSError, ValueError, KeyError) as exc:
             if isinstance(exc, (BadInputError, MissingDataError)):
                 raise

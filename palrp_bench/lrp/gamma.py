@@ -40,6 +40,7 @@ from torch import nn
 
 __all__ = ["gamma_linear", "gamma_conv2d", "gamma_module"]
 
+
 def _stabilise(d: torch.Tensor, eps: float) -> torch.Tensor:
     """Zennit's stabiliser: ``d + eps * sign(d)`` with ``sign(0) = +1``."""
     if eps == 0.0:
@@ -52,7 +53,7 @@ def _gamma_linear_input_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.
     """Modified input gradient of the generalised gamma rule (module docstring) for ``z = x @ weight.T + bias``.
 
     ``x`` ``[..., I]``, ``weight`` ``[J, I]``, ``z`` / ``grad_z`` ``[..., J]``. The positive and negative input
-    parts are stacked along the feature axis, so each denominator and the gradient take one matmul each.
+    parts are stacked along the feature axis, so each denominator takes one matmul and the gradient two.
     """
     w_up = weight + gamma * weight.clamp(min=0)
     w_down = weight + gamma * weight.clamp(max=0)
@@ -65,15 +66,13 @@ def _gamma_linear_input_grad(x: torch.Tensor, weight: torch.Tensor, bias: torch.
         d_pos = d_pos + (bias + gamma * bias.clamp(min=0))
         d_neg = d_neg + (bias + gamma * bias.clamp(max=0))
     relevance = z * grad_z
-    is_pos = z > 0
-    is_neg = z < 0
-    one = torch.ones_like(d_pos)
-    zero = torch.zeros_like(relevance)
-    s_pos = torch.where(is_pos, relevance / torch.where(is_pos, _stabilise(d_pos, stabilizer), one), zero)
-    s_neg = torch.where(is_neg, relevance / torch.where(is_neg, _stabilise(d_neg, stabilizer), one), zero)
+    # where an output has the other sign (or is 0) its denominator is unused: a 0 there gives inf/nan that
+    # torch.where discards (no gradient is taken through this computation)
+    s_pos = torch.where(z > 0, relevance / _stabilise(d_pos, stabilizer), 0.0)
+    s_neg = torch.where(z < 0, relevance / _stabilise(d_neg, stabilizer), 0.0)
     grad_split = s_pos @ w_for_pos + s_neg @ w_for_neg
     n = x.shape[-1]
-    return torch.where(x > 0, grad_split[..., :n], torch.where(x < 0, grad_split[..., n:], torch.zeros_like(x)))
+    return torch.where(x > 0, grad_split[..., :n], torch.where(x < 0, grad_split[..., n:], 0.0))
 
 
 class _GammaLinear(torch.autograd.Function):

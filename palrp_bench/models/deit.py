@@ -49,6 +49,9 @@ from ..lrp import rules
 from ..lrp.composites import COMPOSITES, Composite, get_composite, register_composite
 from ..lrp.explanation import Explanation
 from ..lrp.gamma import gamma_module
+from ..methods.language import resolve_target
+from ..methods.pixel_aggregation import aggregate_pixels, check_vision_method
+from ..methods.registry import get_method
 from .registry import register_twin
 
 __all__ = ["DeitTwin", "DeitForward", "GAMMA_ROLES", "load_deit", "one_hot_seed"]
@@ -112,7 +115,7 @@ class DeitTwin:
         return isinstance(model, vit)
 
     def __init__(self, model):
-        vit, distilled_cls, block_cls, attn_cls, mlp_cls, patch_cls, ls_cls = _timm_classes()
+        _, distilled_cls, block_cls, attn_cls, mlp_cls, patch_cls, ls_cls = _timm_classes()
         self.model = model
         name = type(model).__name__
 
@@ -336,10 +339,6 @@ class DeitTwin:
           and ``semantic_total_incl_prefix`` / ``positional_total_incl_prefix`` (CLS and distillation terms added);
         * ``patch_size`` ``(ph, pw)``.
         """
-        from ..methods.language import resolve_target
-        from ..methods.pixel_aggregation import aggregate_pixels, check_vision_method
-        from ..methods.registry import get_method
-
         method = get_method(method)
         composite = self.check_composite(get_composite(composite))
         check_vision_method(method, aggregation)
@@ -409,7 +408,7 @@ def load_deit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None
     * else a randomly initialised model.
 
     ``model_kwargs`` go to ``timm.create_model`` (e.g. ``num_classes``, ``embed_dim``, ``depth`` for custom
-    checkpoints). Problems raise one-line :class:`UnsupportedModelError` (unknown name),
+    checkpoints; with pretrained weights a different ``num_classes`` gets a freshly initialised head, as in timm). Problems raise one-line :class:`UnsupportedModelError` (unknown name),
     :class:`MissingDataError` (file missing / unreadable, weights unavailable offline) or :class:`BadInputError`
     (checkpoint does not fit the architecture).
     """
@@ -420,8 +419,9 @@ def load_deit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None
         raise UnsupportedModelError(f"unknown timm model {name!r}",
                                     "use e.g. deit_tiny_patch16_224, deit_small_patch16_224 or deit_base_patch16_224")
     if checkpoint is not None:
+        state = _read_checkpoint(Path(checkpoint))
         model = _create(timm, base, False, model_kwargs)
-        _load_checkpoint(model, Path(checkpoint), base)
+        _load_state(model, state, Path(checkpoint).name, base)
     elif pretrained:
         tagged = f"{base}.{tag or 'fb_in1k'}"
         model = _create_pretrained(timm, tagged, model_kwargs)
@@ -438,9 +438,7 @@ def _create(timm, name: str, pretrained: bool, kwargs: dict, **extra):
                                                                        "arguments (e.g. num_classes)") from None
 
 
-def _load_checkpoint(model, path: Path, name: str) -> None:
-    from timm.models.vision_transformer import checkpoint_filter_fn
-
+def _read_checkpoint(path: Path) -> dict:
     if not path.is_file():
         raise MissingDataError(f"checkpoint {path} does not exist",
                                "download the official DeiT weights from https://github.com/facebookresearch/deit "
@@ -453,12 +451,18 @@ def _load_checkpoint(model, path: Path, name: str) -> None:
     if not isinstance(state, dict):
         raise MissingDataError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict",
                                "save model.state_dict() (or {'model': state_dict})")
+    return state
+
+
+def _load_state(model, state: dict, filename: str, name: str) -> None:
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
     try:
         state = checkpoint_filter_fn(state, model)
         model.load_state_dict(state, strict=True)
     except (RuntimeError, KeyError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BadInputError(f"checkpoint {path.name} does not fit {name}: {first}",
+        raise BadInputError(f"checkpoint {filename} does not fit {name}: {first}",
                             "pass the architecture it was trained with (name, and e.g. num_classes / embed_dim / "
                             "depth as keyword arguments)") from None
 

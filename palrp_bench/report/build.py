@@ -18,7 +18,7 @@ from .tables import (comparison_frame, comparison_latex, comparison_markdown, pa
                      paired_markdown, reproduced_frame)
 
 _METHOD_NOTE = (
-    "Intervals: {interval} ({conf}% ; bootstrap = percentile bootstrap over samples recomputing the table metric, "
+    "Intervals: {interval} ({conf}%; bootstrap = percentile bootstrap over samples recomputing the table metric, "
     "{n_boot} resamples, seed 0; t = Student-t on per-sample values, used for the AUC metrics only). "
     "Paired comparisons: paired bootstrap of the difference on common samples and a two-sided Wilcoxon "
     "signed-rank test on per-sample values (palrp_bench/report/stats.py)."

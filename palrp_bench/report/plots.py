@@ -132,8 +132,9 @@ def plot_gallery(run_dir: Path, model: str, task: str, out_dir: Path, wanted: li
             if arrays is None or "scores" not in arrays:
                 ax.text(0.5, 0.5, "not cached", ha="center", fontsize=7)
                 ax.axis("off")
-            elif "tokens" in arrays:
-                _draw_tokens(ax, arrays["tokens"], arrays["scores"], plt)
+            elif np.ndim(arrays["scores"]) == 1:  # a sequence: token heatmap (positions when no token strings)
+                tokens = arrays.get("tokens", np.arange(len(arrays["scores"])).astype(str))
+                _draw_tokens(ax, tokens, arrays["scores"], plt)
             else:
                 _draw_map(ax, arrays.get("image"), arrays["scores"])
             if i == 0:

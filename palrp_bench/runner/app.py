@@ -79,6 +79,9 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     if all(c.model.family in OFFLINE_FAMILIES for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
+        os.environ["TQDM_DISABLE"] = "1"
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     check_requirements(cells, devices, _what(cfg, cells))
     run_dir.mkdir(parents=True, exist_ok=True)
     _record_invocation(cfg, run_dir, jobs, devices.devices)

@@ -22,7 +22,7 @@ from .bundles import BundleCache
 from .plan import Job
 from .selection import select_samples
 from .sharding import batches, shard_of
-from .store import ExplanationCache, ShardStore, encode_record, stored_sample_ids
+from .store import ExplanationCache, ShardStore, encode_record, stored_protocols
 from .tasks import JobContext, adapter_for
 
 log = logging.getLogger("palrp_bench.runner")
@@ -140,37 +140,44 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         adapter = adapter_for(job.cell.task.kind)
         bundle = bundles.get(job.cell.model, device)
         cache = ExplanationCache(cell_dir / "explanations") if job.cache_explanations else None
-        ctx = JobContext(job.cell, device, cache, job.forward_batch_size, log)
+        ctx = JobContext(job.cell, device, cache, job.forward_batch_size)
         pool = adapter.load_samples(job.cell.task, bundle)
         selected = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples)
         order = {s.sample_id: i for i, s in enumerate(selected)}
         mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
-        done = stored_sample_ids(cell_dir)
-        todo = [s for s in mine if s.sample_id not in done]
+        done = stored_protocols(cell_dir)
+        wanted = set(job.cell.metrics)
+        todo: dict[tuple[str, ...], list] = {}  # missing protocols -> samples (dataset order)
+        for s in mine:
+            missing = tuple(sorted(wanted - done.get(s.sample_id, set())))
+            if missing:
+                todo.setdefault(missing, []).append(s)
+        n_todo = sum(len(v) for v in todo.values())
         report.n_selected, report.n_shard = len(selected), len(mine)
-        report.n_skipped = len(mine) - len(todo)
+        report.n_skipped = len(mine) - n_todo
         if report.n_skipped:
             log.info("%s: %d of %d samples already stored, computing %d", job.name, report.n_skipped, len(mine),
-                     len(todo))
-        progress = _Progress(job, len(todo), quiet, log_every, position)
+                     n_todo)
+        progress = _Progress(job, n_todo, quiet, log_every, position)
         try:
             with ShardStore(job.store_path(run_dir)) as store:
-                for batch in batches(todo, job.batch_size):
-                    results = adapter.evaluate(bundle, list(batch), ctx)
-                    if [r.sample_id for r in results] != [s.sample_id for s in batch]:
-                        raise RuntimeError(f"task adapter for {job.cell.task.kind.value} returned results out of "
-                                           "order or incomplete")  # a programming error, not a user one
-                    for result in results:
-                        if cache is not None and result.explanation is not None:
-                            cache.save(result.sample_id, result.explanation)
-                        store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
-                                                   result.info))
-                        report.n_computed += 1
-                        report.n_nonfinite += int(result.nonfinite)
-                        if result.nonfinite:
-                            log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)", job.name,
-                                        result.sample_id)
-                    progress.update(len(results))
+                for protocols, samples in todo.items():
+                    for batch in batches(samples, job.batch_size):
+                        results = adapter.evaluate(bundle, list(batch), ctx, protocols)
+                        if [r.sample_id for r in results] != [s.sample_id for s in batch]:
+                            raise RuntimeError(f"task adapter for {job.cell.task.kind.value} returned results out "
+                                               "of order or incomplete")  # a programming error, not a user one
+                        for result in results:
+                            if cache is not None and result.explanation is not None:
+                                cache.save(result.sample_id, result.explanation)
+                            store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
+                                                       result.info, protocols))
+                            report.n_computed += 1
+                            report.n_nonfinite += int(result.nonfinite)
+                            if result.nonfinite:
+                                log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
+                                            job.name, result.sample_id)
+                        progress.update(len(results))
         finally:
             progress.close()
         report.status = "done"

@@ -57,11 +57,16 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
         shards = [json.loads(p.read_text()) for p in sorted(cdir.glob("shard-*.status.json"))]
         n_nonfinite = 0
         rows = []
+        seen: set[tuple] = set()  # a row of a sample is kept once, however many records repeat it
         for rec in records:
             info = rec.get("info", {})
             rules = info.get("rules", cell.get("rules")) or ""
             aggregation = info.get("aggregation", cell.get("aggregation")) or ""
             for metric, variant, step, value in decode_rows(rec):
+                key = (rec["sample_id"], metric, variant, None if step != step else step)
+                if key in seen:
+                    continue
+                seen.add(key)
                 rows.append((rec["sample_id"], rules, aggregation, metric, variant, step, value))
                 n_nonfinite += int(metric == NONFINITE_METRIC)
         frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "metric", "variant", "step", "value"])
@@ -69,9 +74,10 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
             frame[col] = cell[col]
         frame["run"] = run_id
         frames.append(frame[RESULT_COLUMNS])
-        cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"], "metrics": cell["metrics"],
-                      "settings": cell["settings"], "n_samples": len(records), "n_nonfinite": n_nonfinite,
-                      "shards": shards})
+        cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],
+                      "protocols": sorted({p for r in records for p in r.get("protocols", ())}),
+                      "settings": cell["settings"], "n_samples": len({r["sample_id"] for r in records}),
+                      "n_nonfinite": n_nonfinite, "shards": shards})
     if frames:
         df = pd.concat(frames, ignore_index=True)
     else:

@@ -59,16 +59,17 @@ class Cell:
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
-        refused). Which samples are evaluated (pool size, selection count, ``max_samples``, sharding) and the
-        batch size are deliberately left out: they never change a sample's numbers."""
+        refused). Left out on purpose, because they never change a sample's numbers: which samples are evaluated
+        (pool size, selection count, ``max_samples``, sharding), the batch sizes, and which evaluation protocols
+        run (a later run may add protocols to a cell; each sample's stored record says which it covers)."""
         model = _plain(self.model)
         model.pop("paper_name", None)
         task = _plain(self.task)
-        for key in ("pool_size", "select_count", "paper_task"):
+        for key in ("pool_size", "select_count", "paper_task", "metrics"):
             task.pop(key, None)
         task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
-        return {"model": model, "task": task, "method": self.method, "metrics": list(self.metrics),
-                "protocol": self.protocol, "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
+        return {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
+                "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]

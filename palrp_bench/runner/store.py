@@ -2,11 +2,12 @@
 
 DESIGN.md "Resume": a restarted job skips samples already stored; a killed job never leaves a torn row.
 
-* :class:`ShardStore` appends ONE JSON line per completed sample (all of its result rows at once) and calls
-  ``fsync`` before the next sample starts. A line is complete iff it ends with ``\\n`` (the last byte written),
-  so a process killed mid-write leaves at most an unterminated tail, which the next :meth:`ShardStore.open`
-  truncates away (that sample is then recomputed, once). A sample is thus either fully stored or absent: no
-  torn rows, no half-written samples, no duplicates.
+* :class:`ShardStore` appends ONE JSON line per completed sample (all of its result rows at once, with the
+  evaluation protocols they cover) and calls ``fsync`` before the next sample starts. A line is complete iff it
+  ends with ``\\n`` (the last byte written), so a process killed mid-write leaves at most an unterminated tail,
+  which the next :meth:`ShardStore.open` truncates away (that sample is then recomputed, once). A sample's
+  record is thus either fully stored or absent: no torn rows, no half-written samples, no duplicates. A later
+  run that adds a protocol to a cell appends a second record for the new protocol only.
 * Only one process may write a shard's file at a time (an exclusive ``flock`` on ``<file>.lock``); a second
   process on the same shard stops with a clear message instead of interleaving lines.
 * :class:`ExplanationCache` keeps each sample's explanation (``.npz``, written to a temporary name then
@@ -54,11 +55,14 @@ def _decode_value(value) -> float:
     return float(value)  # float("nan"), float("inf") parse the string forms
 
 
-def encode_record(sample_id: str, order: int, rows: Iterable[tuple], info: dict | None = None) -> dict:
-    """The JSON record of one completed sample: ``rows`` are ``(metric, variant, step, value)`` tuples."""
+def encode_record(sample_id: str, order: int, rows: Iterable[tuple], info: dict | None = None,
+                  protocols: Iterable[str] = ()) -> dict:
+    """The JSON record of one sample evaluated under ``protocols`` (the cell's metric configs it covers):
+    ``rows`` are ``(metric, variant, step, value)`` tuples."""
     return {
         "sample_id": sample_id,
         "order": int(order),
+        "protocols": sorted(protocols),
         "rows": [[str(m), str(v), _encode_value(s), _encode_value(x)] for m, v, s, x in rows],
         "info": info or {},
     }
@@ -88,19 +92,19 @@ def read_records(path: Path) -> list[dict]:
 
 
 def iter_cell_records(cell_dir: Path) -> Iterator[tuple[Path, dict]]:
-    """All records of every shard store of a cell directory (any sharding), first occurrence of each id."""
-    seen: set[str] = set()
+    """All records of every shard store of a cell directory (any sharding, any earlier run). A sample can have
+    several records when later runs added evaluation protocols to it."""
     for path in sorted(Path(cell_dir).glob(STORE_GLOB)):
         for record in read_records(path):
-            if record["sample_id"] in seen:
-                continue
-            seen.add(record["sample_id"])
             yield path, record
 
 
-def stored_sample_ids(cell_dir: Path) -> set[str]:
-    """Ids stored by any shard of the cell, whatever ``n_shards`` the earlier runs used."""
-    return {record["sample_id"] for _, record in iter_cell_records(cell_dir)}
+def stored_protocols(cell_dir: Path) -> dict[str, set[str]]:
+    """For every stored sample id, the evaluation protocols already stored for it (union over all records)."""
+    done: dict[str, set[str]] = {}
+    for _, record in iter_cell_records(cell_dir):
+        done.setdefault(record["sample_id"], set()).update(record.get("protocols", ()))
+    return done
 
 
 class ShardStore:

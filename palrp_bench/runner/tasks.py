@@ -6,8 +6,11 @@ For each task kind an adapter provides
   ``sample_id``);
 * ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (only for
   tasks with a prediction-dependent selection, PROTOCOL.md section 2);
-* ``evaluate(bundle, samples, ctx) -> list[SampleResult]``: explain a batch with the cell's method and run the
-  cell's evaluation protocols, returning per-sample result rows ``(metric, variant, step, value)``.
+* ``evaluate(bundle, samples, ctx, protocols) -> list[SampleResult]``: explain a batch with the cell's method
+  and run the given evaluation protocols (the cell's metric configs that are not stored yet for these samples),
+  returning per-sample result rows ``(metric, variant, step, value)``. An explanation found in the cell's
+  explanation cache (``ctx.cache``) is reused instead of recomputed, so a protocol added later to a cell costs
+  only its own forwards.
 
 The runner (:mod:`palrp_bench.runner.execute`) does everything else: selection, sharding, resume, storage.
 Per-sample results must not depend on which other samples share the batch (tested for the self-test exactly
@@ -18,7 +21,6 @@ A sample whose relevance is NaN or infinite is not fatal: its result carries one
 """
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -64,7 +66,6 @@ class JobContext:
     device: str
     cache: ExplanationCache | None
     forward_batch_size: int = 64
-    log: logging.Logger = field(default_factory=lambda: logging.getLogger("palrp_bench.runner"))
 
 
 class TaskAdapter(Protocol):
@@ -72,7 +73,7 @@ class TaskAdapter(Protocol):
 
     def correct(self, bundle, samples: list, ctx: JobContext) -> list[bool]: ...
 
-    def evaluate(self, bundle, samples: list, ctx: JobContext) -> list[SampleResult]: ...
+    def evaluate(self, bundle, samples: list, ctx: JobContext, protocols: tuple[str, ...]) -> list[SampleResult]: ...
 
 
 ADAPTERS: dict[TaskKind, Callable[[], TaskAdapter]] = {}
@@ -151,7 +152,7 @@ class SelftestAdapter:
     def correct(self, bundle, samples, ctx) -> list[bool]:
         return [selftest_correct(s.sample_id) for s in samples]
 
-    def evaluate(self, bundle, samples, ctx) -> list[SampleResult]:
+    def evaluate(self, bundle, samples, ctx, protocols=("selftest",)) -> list[SampleResult]:
         options = ctx.cell.task.options
         delay = float(options.get("delay_s", 0.0))
         every = int(options.get("nonfinite_every", 0))

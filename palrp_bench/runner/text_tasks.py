@@ -1,7 +1,7 @@
 """Task adapters of the language tasks: IMDB-style classification and next-token prediction (PROTOCOL.md sec. 2).
 
-Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol),
-then the generation / pruning perturbation curves
+Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol;
+reused from the cell's explanation cache when present), then the generation / pruning perturbation curves
 (:func:`palrp_bench.evaluation.nlp_perturbation.nlp_perturbation_curves`) of every sample, stored as rows
 ``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions, plus ``correct`` (0/1) when the sample has a
 gold answer.
@@ -27,6 +27,8 @@ from .tasks import CORRECT_METRIC, NO_VARIANT, SCALAR, JobContext, SampleResult,
 
 #: fractions of the NLP curves (PROTOCOL.md section 2), as stored in the ``step`` column
 NLP_STEPS = tuple(round(0.1 * k, 10) for k in range(11))
+#: what a cached explanation must hold to be reused instead of recomputed
+_CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation"}
 
 
 def _load_text_pool(task, tokenizer) -> list[TextSample]:
@@ -109,8 +111,40 @@ class _TextAdapter:
         """Index groups explained together (all of the batch by default)."""
         return [list(range(len(samples)))]
 
-    def evaluate(self, bundle, samples, ctx) -> list[SampleResult]:
+    def _explained(self, bundle, batch, ids, mask, ctx) -> tuple[torch.Tensor, list[dict], list[dict | None]]:
+        """Scores ``[B, T]``, info and arrays to cache of a group: from the explanation cache when every sample
+        of the group is there (nothing to cache then), else from one ``palrp_bench.explain`` call."""
         import palrp_bench
+
+        cell = ctx.cell
+        cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in batch]
+        if all(c is not None and _CACHE_KEYS <= set(c) for c in cached):
+            scores = torch.zeros(ids.shape, dtype=torch.float32)
+            for j, c in enumerate(cached):
+                scores[j, :len(c["scores"])] = torch.from_numpy(c["scores"])
+            infos = [{"rules": str(c["rules"]), "aggregation": str(c["aggregation"]), "logit": float(c["logit"]),
+                      "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
+            return scores, infos, [None] * len(batch)
+        rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
+                                  method=cell.method, aggregation=cell.aggregation, rules=cell.rules,
+                                  protocol=cell.protocol, **self._explain_options(ctx)).to("cpu")
+        scores = rel.scores.detach().float()
+        infos, arrays = [], []
+        for j, sample in enumerate(batch):
+            n_real = int(mask[j].sum())
+            infos.append({"rules": rel.rules, "aggregation": rel.aggregation, "logit": float(rel.logit[j]),
+                          "explained": int(rel.target[j]), "n_tokens": n_real})
+            tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
+                      if bundle.tokenizer is not None else [str(t) for t in sample.input_ids[:n_real]])
+            arrays.append({"scores": scores[j, :len(sample.input_ids)].numpy(),
+                           "semantic": rel.semantic[j, :n_real].float().numpy(),
+                           "positional": rel.positional[j, ..., :n_real].float().numpy(),
+                           "tokens": np.asarray([str(t) for t in tokens]),
+                           "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
+                           "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation)})
+        return scores, infos, arrays
+
+    def evaluate(self, bundle, samples, ctx, protocols=("nlp_perturbation",)) -> list[SampleResult]:
         from ..evaluation.nlp_perturbation import nlp_perturbation_curves
 
         cell = ctx.cell
@@ -118,48 +152,35 @@ class _TextAdapter:
         for group in self._groups(samples):
             batch = [samples[i] for i in group]
             ids, mask = _batch(batch, _pad_id(bundle))
-            rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
-                                      method=cell.method, aggregation=cell.aggregation, rules=cell.rules,
-                                      protocol=cell.protocol, **self._explain_options(ctx)).to("cpu")
-            scores = rel.scores.detach().float()
-            finite = torch.isfinite(scores).all(-1) & torch.isfinite(rel.semantic.float()).all(-1)
-            info = [{"rules": rel.rules, "aggregation": rel.aggregation, "logit": float(rel.logit[i]),
-                     "explained": int(rel.target[i]), "n_tokens": int(mask[i].sum())} for i in range(len(batch))]
+            scores, infos, arrays = self._explained(bundle, batch, ids, mask, ctx)
+            finite = torch.isfinite(scores).all(-1)
             for j, i in enumerate(group):
                 if not bool(finite[j]):
-                    results[i] = nonfinite_result(samples[i].sample_id, info[j])
+                    results[i] = nonfinite_result(samples[i].sample_id, infos[j])
             ok = [j for j in range(len(batch)) if bool(finite[j])]
             if not ok:
                 continue
-            labels = [batch[j].label for j in ok]
-            kwargs = dict(task=self._perturbation_task_of(cell.task), attention_mask=mask[ok],
-                          protocol=cell.protocol, tokenizer=bundle.tokenizer, batch_size=ctx.forward_batch_size,
-                          show_progress=False)
-            if self.perturbation_task == "imdb":
-                kwargs["labels"] = labels
-            else:
-                kwargs["causal"] = self._causal(ctx)
-            curves = nlp_perturbation_curves(bundle.model, ids[ok], scores[ok], **kwargs)
-            correct = self._correct_flags(bundle, [batch[j] for j in ok], rel, ok)
+            curves = None
+            if "nlp_perturbation" in protocols:
+                kwargs = dict(task=self._perturbation_task_of(cell.task), attention_mask=mask[ok],
+                              protocol=cell.protocol, tokenizer=bundle.tokenizer, batch_size=ctx.forward_batch_size,
+                              show_progress=False)
+                if self.perturbation_task == "imdb":
+                    kwargs["labels"] = [batch[j].label for j in ok]
+                else:
+                    kwargs["causal"] = self._causal(ctx)
+                curves = nlp_perturbation_curves(bundle.model, ids[ok], scores[ok], **kwargs)
+            correct = self._correct_flags(bundle, [batch[j] for j in ok], [infos[j]["explained"] for j in ok])
             for k, j in enumerate(ok):
-                sample = batch[j]
                 rows = []
-                for variant in ("generation", "pruning"):
-                    for metric in ("ac", "mse"):
-                        rows += [(metric, variant, step, float(v))
-                                 for step, v in zip(NLP_STEPS, curves[variant][metric][k])]
+                if curves is not None:
+                    for variant in ("generation", "pruning"):
+                        for metric in ("ac", "mse"):
+                            rows += [(metric, variant, step, float(v))
+                                     for step, v in zip(NLP_STEPS, curves[variant][metric][k])]
                 if correct[k] is not None:
                     rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[k])))
-                n_real = info[j]["n_tokens"]
-                explanation = None
-                if ctx.cache is not None:
-                    tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
-                              if bundle.tokenizer is not None else [str(t) for t in sample.input_ids[:n_real]])
-                    explanation = {"scores": scores[j, :n_real].numpy(),
-                                   "semantic": rel.semantic[j, :n_real].float().numpy(),
-                                   "positional": rel.positional[j, ..., :n_real].float().numpy(),
-                                   "tokens": np.asarray([str(t) for t in tokens])}
-                results[group[j]] = SampleResult(sample.sample_id, rows, info[j], explanation)
+                results[group[j]] = SampleResult(batch[j].sample_id, rows, infos[j], arrays[j])
         return [results[i] for i in range(len(samples))]
 
 
@@ -181,9 +202,9 @@ class TextClassificationAdapter(_TextAdapter):
                 flags[i] = int(logits[k].argmax()) == samples[i].label
         return flags
 
-    def _correct_flags(self, bundle, samples, rel, ok) -> list[bool | None]:
+    def _correct_flags(self, bundle, samples, explained) -> list[bool | None]:
         # the explained index of a classifier is its predicted class (target=None)
-        return [None if s.label is None else bool(int(rel.target[j]) == s.label) for s, j in zip(samples, ok)]
+        return [None if s.label is None else bool(e == s.label) for s, e in zip(samples, explained)]
 
 
 @register_adapter(TaskKind.next_token)
@@ -212,7 +233,7 @@ class NextTokenAdapter(_TextAdapter):
         return [s.meta.get("answer_letter") is not None and letter == s.meta["answer_letter"]
                 for s, letter in zip(samples, letters)]
 
-    def _correct_flags(self, bundle, samples, rel, ok) -> list[bool | None]:
-        letters = self._letters(bundle, [rel.target[j] for j in ok])
+    def _correct_flags(self, bundle, samples, explained) -> list[bool | None]:
+        letters = self._letters(bundle, explained)
         return [None if s.meta.get("answer_letter") is None else bool(letter == s.meta["answer_letter"])
                 for s, letter in zip(samples, letters)]

@@ -1,7 +1,9 @@
 """Task adapters of the vision tasks: pixel perturbation + positional share, and segmentation (PROTOCOL.md 3, 4).
 
 Per batch: raw images in [0, 1] are normalised with the model's mean/std and explained for the predicted class
-(``palrp_bench.explain``); when every sample has a label, a second explanation for the ground-truth class.
+(``palrp_bench.explain``); for the target curves (every sample labelled), a second explanation for the
+ground-truth class. Explanations come from the cell's explanation cache when present (a protocol added to a
+cell later reuses them).
 Then, by the cell's metrics:
 
 * ``vision_perturbation`` (Table 4): rows ``agreement`` (predicted-class map, agreement with the original
@@ -18,6 +20,10 @@ plus ``correct`` (prediction == label). Datasets (``task.dataset``): ``synthetic
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
 import torch
 
 from ..data.base import ImageSample
@@ -26,40 +32,64 @@ from .schema import TaskKind
 from .tasks import CORRECT_METRIC, NO_VARIANT, SCALAR, JobContext, SampleResult, nonfinite_result, register_adapter
 
 SEGMENTATION_THRESHOLD = "mean"
+#: what a cached explanation must hold to be reused (plus ``scores_target`` for the target-class curves)
+_CACHE_KEYS = {"scores", "explained", "logit", "rules", "aggregation", "semantic_total", "positional_total",
+               "semantic_total_incl_prefix", "positional_total_incl_prefix"}
 
 
-def _load_image_pool(task) -> list[ImageSample]:
+@dataclass
+class LazyImageSample:
+    """A sample id plus how to load it: the pool of 5000 ImageNet images is planned, sharded and selected
+    without reading a single image; a batch reads only its own images."""
+
+    sample_id: str
+    dataset: Sequence[ImageSample]
+    index: int
+
+    def load(self) -> ImageSample:
+        return self.dataset[self.index]
+
+
+def _load_image_pool(task) -> list[LazyImageSample]:
     options = dict(task.options)
     if task.dataset == "synthetic_vision":
         from ..data.synthetic_vision import make_synthetic_vision
 
-        return make_synthetic_vision(int(options.get("n", 64)), int(options.get("seed", 0)),
-                                     options.get("split", "test"))
-    if task.dataset == "imagenet":
-        from ..data.imagenet import load_imagenet
+        dataset = make_synthetic_vision(int(options.get("n", 64)), int(options.get("seed", 0)),
+                                        options.get("split", "test"))
+        ids = [s.sample_id for s in dataset]
+    elif task.dataset == "imagenet":
+        from ..data.imagenet import load_imagenet_val
 
-        return load_imagenet(task.path, **options)
-    if task.dataset == "imagenet_seg":
+        if task.path is None:
+            raise BadInputError("task imagenet needs task.path (the ImageNet validation folder)",
+                                "set task.path=/path/to/imagenet/val")
+        dataset = load_imagenet_val(task.path, **options)
+        ids = dataset.sample_ids
+    elif task.dataset == "imagenet_seg":
         from ..data.imagenet_seg import load_imagenet_seg
 
-        return load_imagenet_seg(task.path, **options)
-    raise BadInputError(f"unknown image dataset {task.dataset!r}", "use synthetic_vision, imagenet or imagenet_seg")
-
-
-def _image(sample: ImageSample) -> torch.Tensor:
-    image = sample.image() if callable(sample.image) else sample.image
-    return torch.as_tensor(image, dtype=torch.float32)
+        if task.path is None:
+            raise BadInputError("task imagenet_seg needs task.path (gtsegs_ijcv.mat)",
+                                "set task.path=/path/to/gtsegs_ijcv.mat")
+        dataset = load_imagenet_seg(task.path, **options)
+        ids = dataset.sample_ids
+    else:
+        raise BadInputError(f"unknown image dataset {task.dataset!r}",
+                            "use synthetic_vision, imagenet or imagenet_seg")
+    return [LazyImageSample(sid, dataset, i) for i, sid in enumerate(ids)]
 
 
 class _VisionAdapter:
-    def load_samples(self, task, bundle) -> list[ImageSample]:
+    def load_samples(self, task, bundle) -> list[LazyImageSample]:
         return _load_image_pool(task)
 
     @torch.no_grad()
     def correct(self, bundle, samples, ctx) -> list[bool]:
         from ..evaluation.vision_perturbation import resolve_normalization
 
-        images = torch.stack([_image(s) for s in samples])
+        samples = [s.load() for s in samples]
+        images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         norm = resolve_normalization(bundle.model)
         logits = bundle.model(norm(images).to(bundle.device))
         return [s.label is not None and int(p) == s.label for s, p in zip(samples, logits.argmax(-1).cpu())]
@@ -71,41 +101,79 @@ class _VisionAdapter:
         return palrp_bench.explain(bundle.model, pixels, method=cell.method, target=target,
                                    aggregation=cell.aggregation, rules=cell.rules, protocol=cell.protocol).to("cpu")
 
-    def evaluate(self, bundle, samples, ctx) -> list[SampleResult]:
-        from ..evaluation.vision_perturbation import resolve_normalization, vision_perturbation_curves
+    def _explained(self, bundle, samples, images, ctx, with_target: bool) -> tuple[dict, list[dict | None]]:
+        """Per-batch tensors (``scores``, ``scores_target`` when ``with_target``, ``explained``, ``logit``, the four
+        Appendix F totals) and the arrays to (re)cache. Each of the two explanations (predicted class, target
+        class) is taken from the explanation cache when every sample of the batch has it, else computed with
+        ``palrp_bench.explain``; nothing is re-cached when nothing was computed."""
+        from ..evaluation.vision_perturbation import resolve_normalization
+
+        cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
+        have = lambda keys: all(c is not None and keys <= set(c) for c in cached)  # noqa: E731
+        pixels = None
+        arrays: list[dict | None]
+        if have(_CACHE_KEYS):
+            batch = {k: torch.stack([torch.as_tensor(c[k]) for c in cached])
+                     for k in _CACHE_KEYS - {"rules", "aggregation"}}
+            batch["rules"], batch["aggregation"] = str(cached[0]["rules"]), str(cached[0]["aggregation"])
+            arrays = [None] * len(samples)
+        else:
+            pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
+            rel = self._explain(bundle, pixels, ctx)
+            ex = rel.extras
+            batch = {"scores": rel.scores.float(), "explained": rel.target, "logit": rel.logit.float(),
+                     "semantic_total": ex["semantic_total"], "positional_total": ex["positional_total"],
+                     "semantic_total_incl_prefix": ex["semantic_total_incl_prefix"],
+                     "positional_total_incl_prefix": ex["positional_total_incl_prefix"],
+                     "rules": rel.rules, "aggregation": rel.aggregation}
+            arrays = []
+            for i in range(len(samples)):
+                item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+                item.update(semantic=rel.semantic[i].float().numpy(), positional=rel.positional[i].float().numpy(),
+                            image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy())
+                arrays.append(item)
+        if with_target:
+            if have({"scores_target"}):
+                batch["scores_target"] = torch.stack([torch.as_tensor(c["scores_target"]) for c in cached])
+            else:
+                if pixels is None:
+                    pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
+                target = self._explain(bundle, pixels, ctx, target=torch.tensor([s.label for s in samples]))
+                batch["scores_target"] = target.scores.float()
+                arrays = [dict(a if a is not None else c, scores_target=batch["scores_target"][i].numpy())
+                          for i, (a, c) in enumerate(zip(arrays, cached))]
+        return batch, arrays
+
+    def evaluate(self, bundle, samples, ctx, protocols=()) -> list[SampleResult]:
+        from ..evaluation.vision_perturbation import vision_perturbation_curves
         from ..metrics.perturbation import VISION_FRACTIONS
 
-        metrics = set(ctx.cell.metrics)
-        images = torch.stack([_image(s) for s in samples])
-        pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
-        rel = self._explain(bundle, pixels, ctx)
+        protocols = set(protocols or ctx.cell.metrics)
+        samples = [s.load() for s in samples]
+        images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         labels = [s.label for s in samples]
-        with_labels = all(label is not None for label in labels)
-        rel_target = None
-        if "vision_perturbation" in metrics and with_labels:
-            rel_target = self._explain(bundle, pixels, ctx, target=torch.tensor(labels))
-        finite = (torch.isfinite(rel.scores.float()).flatten(1).all(1)
-                  & torch.isfinite(rel.positional.float()).flatten(1).all(1))
-        if rel_target is not None:
-            finite &= torch.isfinite(rel_target.scores.float()).flatten(1).all(1)
-        infos = [{"rules": rel.rules, "aggregation": rel.aggregation, "explained": int(rel.target[i]),
-                  "logit": float(rel.logit[i])} for i in range(len(samples))]
+        with_target = "vision_perturbation" in protocols and all(label is not None for label in labels)
+        ex, arrays = self._explained(bundle, samples, images, ctx, with_target)
+        checked = [ex["scores"]] + ([ex["scores_target"]] if with_target else [])
+        finite = torch.stack([torch.isfinite(t.float()).flatten(1).all(1) for t in checked]).all(0)
+        finite &= torch.isfinite(ex["positional_total"].float()) & torch.isfinite(ex["semantic_total"].float())
+        infos = [{"rules": ex["rules"], "aggregation": ex["aggregation"], "explained": int(ex["explained"][i]),
+                  "logit": float(ex["logit"][i])} for i in range(len(samples))]
         ok = [i for i in range(len(samples)) if bool(finite[i])]
         rows: dict[int, list] = {i: [] for i in ok}
-        if ok and "vision_perturbation" in metrics:
+        if ok and "vision_perturbation" in protocols:
             for positive, variant in ((True, "positive"), (False, "negative")):
-                agree = vision_perturbation_curves(bundle.model, images[ok], rel.scores[ok], None, positive,
+                agree = vision_perturbation_curves(bundle.model, images[ok], ex["scores"][ok], None, positive,
                                                    batch_size=ctx.forward_batch_size)
                 for k, i in enumerate(ok):
                     rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
-                if rel_target is not None:
-                    acc = vision_perturbation_curves(bundle.model, images[ok], rel_target.scores[ok],
+                if with_target:
+                    acc = vision_perturbation_curves(bundle.model, images[ok], ex["scores_target"][ok],
                                                      torch.tensor([labels[i] for i in ok]), positive,
                                                      batch_size=ctx.forward_batch_size)
                     for k, i in enumerate(ok):
                         rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
-        if ok and "positional_share" in metrics:
-            ex = rel.extras
+        if ok and "positional_share" in protocols:
             for i in ok:
                 rows[i] += [("relevance_semantic", NO_VARIANT, SCALAR, float(ex["semantic_total"][i])),
                             ("relevance_positional", NO_VARIANT, SCALAR, float(ex["positional_total"][i])),
@@ -113,14 +181,14 @@ class _VisionAdapter:
                              float(ex["semantic_total_incl_prefix"][i])),
                             ("relevance_positional_with_cls", NO_VARIANT, SCALAR,
                              float(ex["positional_total_incl_prefix"][i]))]
-        if ok and "segmentation" in metrics:
+        if ok and "segmentation" in protocols:
             from ..metrics.segmentation import segmentation_counts
 
             if any(samples[i].mask is None for i in ok):
                 raise BadInputError(f"task {ctx.cell.task.name!r} has samples without a segmentation mask",
                                     "use a dataset with masks (imagenet_seg, synthetic_vision) for metric=segmentation")
             masks = torch.stack([torch.as_tensor(samples[i].mask) for i in ok])
-            counts = segmentation_counts(rel.scores[ok], masks, SEGMENTATION_THRESHOLD)
+            counts = segmentation_counts(ex["scores"][ok], masks, SEGMENTATION_THRESHOLD)
             variant = f"{SEGMENTATION_THRESHOLD}_threshold"
             for k, i in enumerate(ok):
                 rows[i] += [("pix_correct", variant, SCALAR, float(counts.correct[k])),
@@ -136,14 +204,8 @@ class _VisionAdapter:
                 results.append(nonfinite_result(sample.sample_id, infos[i]))
                 continue
             if sample.label is not None:
-                rows[i].append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(int(rel.target[i]) == sample.label)))
-            explanation = None
-            if ctx.cache is not None:
-                explanation = {"scores": rel.scores[i].float().numpy(),
-                               "semantic": rel.semantic[i].float().numpy(),
-                               "positional": rel.positional[i].float().numpy(),
-                               "image": (images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy()}
-            results.append(SampleResult(sample.sample_id, rows[i], infos[i], explanation))
+                rows[i].append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(infos[i]["explained"] == sample.label)))
+            results.append(SampleResult(sample.sample_id, rows[i], infos[i], arrays[i]))
         return results
 
 

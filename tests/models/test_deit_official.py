@@ -37,11 +37,11 @@ def official():
     return model, images, ref
 
 
-def compare(twin, images, ref, target_kind):
+def compare(twin, images, ref, target_kind, methods=METHODS):
     """Max |ours - official| / max |official| per array, for every method."""
     target = None if target_kind == "pred" else torch.as_tensor(ref["target"])
     rel = {}
-    for method in METHODS:
+    for method in methods:
         e = twin.explain(images, method=method, composite="official_vit", target=target)
         arrays = {
             f"{method}_{target_kind}": e.scores,
@@ -143,6 +143,6 @@ def _zennit_gamma_module(module, x, gamma):
 def test_official_stabilisers_explain_the_residual(official, target_kind, monkeypatch):
     model, images, ref = official
     monkeypatch.setattr(deit_module, "gamma_module", _zennit_gamma_module)
-    rel = compare(OfficialStabilisedTwin(model), images, ref, target_kind)
+    rel = compare(OfficialStabilisedTwin(model), images, ref, target_kind, methods=("pa_lrp",))
     worst = max(rel, key=rel.get)
     assert rel[worst] < 1e-4, f"{worst}: {rel[worst]:.2e}"

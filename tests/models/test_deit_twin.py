@@ -305,8 +305,8 @@ def test_load_errors(tmp_path):
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(MissingDataError, match="cannot read"):
         load_deit(checkpoint=garbage)
-    with pytest.raises(BadInputError, match="does not fit deit_tiny_patch16_224"):
-        load_deit("deit_tiny_patch16_224", checkpoint=OFFICIAL_VISION / "deit_d2.pth")
+    with pytest.raises(BadInputError, match="does not fit deit_tiny_patch16_224"):  # 192-dim default vs 64-dim file
+        load_deit("deit_tiny_patch16_224", checkpoint=OFFICIAL_VISION / "deit_d2.pth", depth=2, num_classes=10)
     # the hub is offline in the tests (conftest): fail fast with a clear message, never hang
     start = time.monotonic()
     with pytest.raises(MissingDataError, match="fb_in1k"):
@@ -319,3 +319,18 @@ def test_load_random_distilled_model_is_supported():
                       num_classes=3)
     assert DeitTwin(model).distilled
     assert get_composite("attnlrp_gamma").gamma_for("patch_embed") == 100.0
+
+
+def test_pretrained_weights_come_from_the_local_hub_cache(tmp_path, monkeypatch):
+    """The ``.fb_in1k`` route without network: a cached file is loaded through timm's pretrained machinery."""
+    from palrp_bench.models import deit as deit_module
+
+    kwargs = dict(depth=1, embed_dim=24, num_heads=2)  # 1000 classes: timm re-initialises a head of another size
+    source = load_deit("deit_tiny_patch16_224", pretrained=False, **kwargs)
+    cached = tmp_path / "pytorch_model.bin"
+    torch.save(source.state_dict(), cached)
+    asked = []
+    monkeypatch.setattr(deit_module, "_cached_hub_file", lambda repo: asked.append(repo) or str(cached))
+    model = load_deit("deit_tiny_patch16_224", pretrained=True, **kwargs)
+    assert asked == ["timm/deit_tiny_patch16_224.fb_in1k"]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))

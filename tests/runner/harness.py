@@ -47,3 +47,12 @@ def per_sample_values(df: pd.DataFrame) -> pd.Series:
     """``value`` indexed by (method, sample_id, metric, variant, step) -- what must not depend on sharding."""
     key = ["method", "sample_id", "metric", "variant", "step"]
     return df.assign(step=df["step"].fillna(-1.0)).set_index(key)["value"].sort_index()
+
+
+def light_import_preamble() -> str:
+    """Python code that makes ``palrp_bench.runner.*`` importable in a child process WITHOUT running
+    ``palrp_bench/__init__.py`` (which imports torch): keeps subprocess tests of pure-Python modules fast."""
+    pkg = REPO / "palrp_bench"
+    return ("import sys, types\n"
+            f"_pkg = types.ModuleType('palrp_bench'); _pkg.__path__ = [{str(pkg)!r}]\n"
+            "sys.modules['palrp_bench'] = _pkg\n")

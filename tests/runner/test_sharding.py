@@ -7,6 +7,7 @@ import pytest
 
 from palrp_bench.errors import BadInputError
 from palrp_bench.runner.sharding import batches, check_shard, select_shard, shard_of, stable_hash
+from runner.harness import light_import_preamble
 
 
 def test_stable_hash_is_the_blake2b_prefix():
@@ -16,8 +17,8 @@ def test_stable_hash_is_the_blake2b_prefix():
 
 
 def test_assignment_does_not_depend_on_python_hash_seed():
-    code = ("from palrp_bench.runner.sharding import shard_of;"
-            "print([shard_of(f's{i}', 5) for i in range(50)])")
+    code = light_import_preamble() + ("from palrp_bench.runner.sharding import shard_of\n"
+                                      "print([shard_of(f's{i}', 5) for i in range(50)])")
     # this process runs with a random hash seed; a child with a fixed one must agree
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "12345", "PATH": "", "HF_HUB_OFFLINE": "1"}).stdout

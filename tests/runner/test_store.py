@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from palrp_bench.errors import BadInputError
+from runner.harness import light_import_preamble
 from palrp_bench.runner.store import (ExplanationCache, ShardStore, decode_rows, encode_record, read_records,
-                                      store_name, stored_sample_ids)
+                                      store_name, stored_protocols)
 
 
 def _record(i):
@@ -57,7 +58,7 @@ def test_a_torn_tail_is_ignored_and_truncated_on_reopen(tmp_path):
 
 def test_a_second_writer_of_the_same_shard_is_refused(tmp_path):
     path = tmp_path / store_name(0, 1)
-    code = (f"import time; from palrp_bench.runner.store import ShardStore\n"
+    code = light_import_preamble() + (f"import time; from palrp_bench.runner.store import ShardStore\n"
             f"s = ShardStore({str(path)!r}); s.open(); print('locked', flush=True); time.sleep(30)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -71,13 +72,19 @@ def test_a_second_writer_of_the_same_shard_is_refused(tmp_path):
         pass
 
 
-def test_stored_ids_are_the_union_over_any_sharding(tmp_path):
+def test_stored_protocols_are_the_union_over_any_sharding_and_run(tmp_path):
+    def record(i, protocols):
+        return encode_record(f"s{i}", i, [("m", "all", None, 1.0)], protocols=protocols)
+
     with ShardStore(tmp_path / store_name(0, 2)) as a, ShardStore(tmp_path / store_name(1, 2)) as b:
-        a.append(_record(0))
-        b.append(_record(1))
-    with ShardStore(tmp_path / store_name(0, 1)) as c:  # a later run with another n_shards
-        c.append(_record(2))
-    assert stored_sample_ids(tmp_path) == {"s0", "s1", "s2"}
+        a.append(record(0, ["vision_perturbation"]))
+        b.append(record(1, ["vision_perturbation", "positional_share"]))
+    with ShardStore(tmp_path / store_name(0, 1)) as c:  # a later run with another n_shards adds a protocol
+        c.append(record(0, ["positional_share"]))
+        c.append(record(2, ["positional_share"]))
+    assert stored_protocols(tmp_path) == {"s0": {"vision_perturbation", "positional_share"},
+                                          "s1": {"vision_perturbation", "positional_share"},
+                                          "s2": {"positional_share"}}
 
 
 def test_explanation_cache_round_trip(tmp_path):

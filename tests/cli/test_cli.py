@@ -1,0 +1,83 @@
+"""The ``palrp-bench`` command: one-line errors with non-zero exit, plan mode, multirun into one run dir,
+report mode (issue "Command line", "Bad input")."""
+import re
+
+import pytest
+
+from palrp_bench.cli import check_overrides
+from palrp_bench.errors import BadInputError
+from runner.harness import read_results, run_cli
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["model=llama9"], "unknown model 'llama9' -- use one of: deit_base"),
+    (["method=attnlrp,foo"], "unknown method 'foo'"),
+    (["runner.batchsize=4"], "unknown config key 'runner.batchsize' -- keys of runner: batch_size"),
+    (["task.path=/data/x.csv"], "task.path is set but no task is selected -- add task=<name>"),
+    (["model=llama3_8b", "model.sorce=x"], "unknown config key 'model.sorce'"),
+])
+def test_command_line_mistakes_are_caught_before_hydra(argv, match):
+    with pytest.raises(BadInputError, match=match) as err:
+        check_overrides(argv)
+    assert "\n" not in str(err.value)
+
+
+def test_valid_overrides_pass_the_check():
+    check_overrides(["-m", "model=llama3_8b", "task=mcqa", "method=attnlrp,pe_only,pa_lrp", "task.options.x=1",
+                     "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "runner.devices=[0,1]",
+                     "+experiment=table1", "report.interval=t"])
+
+
+def _one_line_error(done, code=2):
+    assert done.returncode == code, (done.returncode, done.stderr[-1500:])
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("palrp-bench: error: "), done.stderr
+    return lines[0]
+
+
+def test_unknown_model_exits_2_with_one_line(tmp_path):
+    line = _one_line_error(run_cli("model=llama9", cwd=tmp_path))
+    assert "unknown model 'llama9'" in line and "tiny_llama_cls" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_wrong_type_fails_at_startup_naming_the_key(tmp_path):
+    done = run_cli("runner.batch_size=abc", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "runner.batch_size" in done.stderr and "could not be converted to Integer" in done.stderr
+    done = run_cli("protocol=offical", cwd=tmp_path)
+    assert done.returncode != 0 and "expected one of [official, corrected]" in done.stderr
+
+
+def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):
+    line = _one_line_error(run_cli("experiment=table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path))
+    assert "cannot run experiment table1: missing a CUDA GPU" in line
+    assert "./checkpoints/tinyllama_imdb" in line and "IMDB Dataset.csv" in line
+    assert not (tmp_path / "r" / "cells").exists()
+
+
+def test_gpu_request_and_bad_shard_on_cpu(tmp_path):
+    line = _one_line_error(run_cli("experiment=selftest", "runner.devices=[cuda:0]", cwd=tmp_path))
+    assert "GPU 0 was requested" in line and "runner.devices=[cpu]" in line
+    line = _one_line_error(run_cli("experiment=selftest", "runner.n_shards=4", "runner.shard=4", cwd=tmp_path))
+    assert "shard index 4 is out of range for runner.n_shards=4" in line
+
+
+def test_plan_mode_prints_the_jobs(tmp_path):
+    done = run_cli("mode=plan", "experiment=table3", "runner.n_shards=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "24 job(s):" in done.stdout and "llama3_8b/mcqa_noncausal/pe_only#1/2" in done.stdout
+
+
+def test_multirun_sweep_shares_one_run_dir_then_report(tmp_path):
+    run_dir = tmp_path / "sweep"
+    done = run_cli("-m", "experiment=selftest", "task=selftest", "task.options.n=8", "method=attnlrp,pa_lrp",
+                   "runner.quiet=true", f"run_dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    df = read_results(run_dir)
+    assert set(df.method) == {"attnlrp", "pa_lrp"} and df.sample_id.nunique() == 8
+    assert (run_dir / "jobs/0/palrp-bench.log").exists() and (run_dir / "manifest.json").exists()
+    assert re.search(r"\| pa_lrp\s+\| 8\s+\| 0\s+\|", done.stdout)  # the readable summary table
+    report = run_cli("mode=report", f"run_dir={run_dir}", "report.n_boot=200", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "## Paired comparisons" in report.stdout and (run_dir / "report/report.tex").exists()

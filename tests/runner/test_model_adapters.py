@@ -1,0 +1,201 @@
+"""The model task adapters on small random models (no shipped assets needed): rows as the protocols define
+them, batch-size independence, non-finite relevance recorded instead of fatal (issue "Runner", "Bad input")."""
+import numpy as np
+import pytest
+import torch
+
+import palrp_bench
+from palrp_bench.data import synthetic_text
+from palrp_bench.runner.bundles import ModelBundle
+from palrp_bench.runner.plan import plan_cells
+from palrp_bench.runner.store import ExplanationCache
+from palrp_bench.runner.tasks import NONFINITE_METRIC, JobContext, adapter_for
+from runner.harness import compose_cfg
+
+
+def _cell(tmp_path, *overrides):
+    return plan_cells(compose_cfg(tmp_path, *overrides))[0]
+
+
+@pytest.fixture(scope="module")
+def text_models():
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    cls = LlamaForSequenceClassification(synthetic_text.tiny_llama_config("cls")).eval()
+    causal = LlamaForCausalLM(synthetic_text.tiny_llama_config("causal")).eval()
+    return cls, causal, synthetic_text.build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def tiny_vit():
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    model = VisionTransformer(img_size=64, patch_size=8, num_classes=4, embed_dim=32, depth=2, num_heads=2).eval()
+    model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25)}
+    return model
+
+
+def _values(results):
+    return {r.sample_id: np.array([row[3] for row in r.rows]) for r in results}
+
+
+def test_text_classification_rows_and_batch_independence(tmp_path, text_models):
+    cls, _, tok = text_models
+    cell = _cell(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment", "method=pa_lrp")
+    bundle = ModelBundle(cell.model, cls, tok, "cpu")
+    adapter = adapter_for(cell.task.kind)
+    samples = adapter.load_samples(cell.task, bundle)[:5]
+    ctx = JobContext(cell, "cpu", ExplanationCache(tmp_path / "cache"), forward_batch_size=7)
+    together = adapter.evaluate(bundle, samples, ctx)
+    alone = [adapter.evaluate(bundle, [s], ctx)[0] for s in samples]
+    for sid, v in _values(together).items():
+        np.testing.assert_allclose(v, _values(alone)[sid], rtol=1e-5, atol=1e-6)
+    first = together[0]
+    assert [r[:3] for r in first.rows[:2]] == [("ac", "generation", 0.0), ("ac", "generation", 0.1)]
+    assert len(first.rows) == 4 * 11 + 1 and first.rows[-1][0] == "correct"
+    assert first.info["rules"] == "attnlrp" and first.info["n_tokens"] == samples[0].meta["n_tokens"]
+    # the rows are the protocol's curves for the method's scores
+    from palrp_bench.evaluation.nlp_perturbation import nlp_perturbation_curves
+
+    ids = torch.tensor([samples[0].input_ids])
+    mask = torch.zeros_like(ids)
+    mask[0, :samples[0].meta["n_tokens"]] = 1
+    rel = palrp_bench.explain(cls, ids, attention_mask=mask, method="pa_lrp")
+    curves = nlp_perturbation_curves(cls, ids, rel.scores, task="imdb", attention_mask=mask,
+                                     labels=[samples[0].label], tokenizer=tok, show_progress=False)
+    np.testing.assert_allclose([r[3] for r in first.rows if r[:2] == ("mse", "pruning")], curves["pruning"]["mse"][0],
+                               rtol=1e-5, atol=1e-7)
+    assert first.rows[-1][3] == float(int(rel.target[0]) == samples[0].label)
+    cached = first.explanation  # what the runner stores in the explanation cache
+    assert list(cached["tokens"][:2]) == ["<s>", tok.convert_ids_to_tokens(samples[0].input_ids[1])]
+    assert cached["scores"].shape == (samples[0].meta["n_tokens"],)
+
+
+def test_next_token_causal_switch(tmp_path, text_models):
+    _, causal, tok = text_models
+    adapter = None
+    out = {}
+    for task in ("synthetic_mcqa", "synthetic_mcqa_noncausal"):
+        overrides = ["model=tiny_llama_causal", "task=synthetic_mcqa", "method=attnlrp"]
+        if task.endswith("noncausal"):
+            overrides.append("task.official_noncausal=true")
+        cell = _cell(tmp_path, *overrides)
+        bundle = ModelBundle(cell.model, causal, tok, "cpu")
+        adapter = adapter_for(cell.task.kind)
+        samples = adapter.load_samples(cell.task, bundle)[:3]
+        out[task] = _values(adapter.evaluate(bundle, samples, JobContext(cell, "cpu", None, 16)))
+        flags = adapter.correct(bundle, samples, JobContext(cell, "cpu", None, 16))
+        assert len(flags) == 3 and all(isinstance(f, bool) for f in flags)
+    sid = next(iter(out["synthetic_mcqa"]))
+    assert not np.allclose(out["synthetic_mcqa"][sid], out["synthetic_mcqa_noncausal"][sid])
+
+
+@pytest.mark.parametrize("task", ["synthetic_shapes", "synthetic_shapes_seg"])
+def test_vision_rows(tmp_path, tiny_vit, task):
+    from palrp_bench.metrics.segmentation import segmentation_counts
+
+    cell = _cell(tmp_path, "model=tiny_vit", f"task={task}", "method=pa_lrp")
+    bundle = ModelBundle(cell.model, tiny_vit, None, "cpu")
+    adapter = adapter_for(cell.task.kind)
+    samples = adapter.load_samples(cell.task, bundle)[:3]
+    results = adapter.evaluate(bundle, samples, JobContext(cell, "cpu", None, 8))
+    alone = adapter.evaluate(bundle, samples[1:2], JobContext(cell, "cpu", None, 8))
+    np.testing.assert_allclose(_values(results)[samples[1].sample_id], _values(alone)[samples[1].sample_id],
+                               rtol=1e-5, atol=1e-6)
+    metrics = {r[0] for r in results[0].rows}
+    loaded = [s.load() for s in samples]
+    norm = (torch.stack([s.image for s in loaded]) - 0.5) / 0.25
+    rel = palrp_bench.explain(tiny_vit, norm, method="pa_lrp")
+    if task == "synthetic_shapes":
+        assert metrics == {"agreement", "accuracy", "relevance_semantic", "relevance_positional",
+                           "relevance_semantic_with_cls", "relevance_positional_with_cls", "correct"}
+        agree = [r for r in results[0].rows if r[0] == "agreement" and r[1] == "positive"]
+        assert [r[2] for r in agree] == pytest.approx([0.1 * k for k in range(1, 10)])
+        share = {r[0]: r[3] for r in results[2].rows if r[0].startswith("relevance")}
+        assert share["relevance_positional"] == pytest.approx(float(rel.extras["positional_total"][2]), rel=1e-5)
+        assert share["relevance_semantic_with_cls"] == pytest.approx(
+            float(rel.extras["semantic_total_incl_prefix"][2]), rel=1e-5)
+    else:
+        counts = segmentation_counts(rel.scores, torch.stack([s.mask for s in loaded]), "mean")
+        rows = {r[0]: r[3] for r in results[1].rows}
+        assert rows["pix_correct"] == counts.correct[1] and rows["union_fg"] == counts.union[1, 1]
+        assert rows["ap"] == pytest.approx(counts.average_precision[1])
+        assert {r[1] for r in results[1].rows if r[0] != "correct"} == {"mean_threshold"}
+
+
+def test_nonfinite_relevance_becomes_a_row(tmp_path, text_models, monkeypatch):
+    cls, _, tok = text_models
+    cell = _cell(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment", "method=attnlrp")
+    real_explain = palrp_bench.explain
+
+    def poisoned(*args, **kwargs):
+        rel = real_explain(*args, **kwargs)
+        rel.scores[1, 3] = float("nan")
+        return rel
+
+    monkeypatch.setattr(palrp_bench, "explain", poisoned)
+    adapter = adapter_for(cell.task.kind)
+    bundle = ModelBundle(cell.model, cls, tok, "cpu")
+    results = adapter.evaluate(bundle, adapter.load_samples(cell.task, bundle)[:3], JobContext(cell, "cpu", None, 8))
+    assert [r.nonfinite for r in results] == [False, True, False]
+    assert results[1].rows == [(NONFINITE_METRIC, "all", None, 1.0)]
+    assert len(results[2].rows) == 45
+
+
+def test_a_protocol_added_later_reuses_the_cached_explanation(tmp_path, tiny_vit, monkeypatch):
+    from palrp_bench.runner.execute import run_job
+    from palrp_bench.runner.plan import Job
+    from runner.harness import read_results
+    from palrp_bench.runner.merge import merge_run
+
+    class FixedBundle:  # the random ViT instead of the shipped one
+        def get(self, cfg, device):
+            return ModelBundle(cfg, tiny_vit, None, device)
+
+    calls = []
+    real_explain = palrp_bench.explain
+
+    def counting(*args, **kwargs):
+        calls.append("target" if kwargs.get("target") is not None else "predicted")
+        return real_explain(*args, **kwargs)
+
+    monkeypatch.setattr(palrp_bench, "explain", counting)
+    base = ("model=tiny_vit", "task=synthetic_shapes", "method=pa_lrp", "task.options.n=4")
+    first = _cell(tmp_path, *base, "metric=positional_share")
+    report = run_job(Job(first, 0, 1, batch_size=4), tmp_path, "cpu", FixedBundle(), quiet=True)
+    assert report.n_computed == 4 and calls == ["predicted"]
+    both = _cell(tmp_path, *base)  # the task's metrics: vision_perturbation + positional_share
+    report = run_job(Job(both, 0, 1, batch_size=4), tmp_path, "cpu", FixedBundle(), quiet=True)
+    assert report.n_computed == 4 and report.n_skipped == 0
+    assert calls == ["predicted", "target"]  # the predicted-class explanation came from the cache
+    report = run_job(Job(both, 0, 1, batch_size=4), tmp_path, "cpu", FixedBundle(), quiet=True)
+    assert report.n_computed == 0 and report.n_skipped == 4 and len(calls) == 2
+    merge_run(tmp_path)
+    df = read_results(tmp_path)
+    assert set(df.metric) == {"agreement", "accuracy", "relevance_semantic", "relevance_positional",
+                              "relevance_semantic_with_cls", "relevance_positional_with_cls", "correct"}
+    assert df.groupby(["sample_id", "metric", "variant", df.step.fillna(-1)]).size().max() == 1
+
+
+def test_imagenet_folder_wiring(tmp_path, tiny_vit):
+    """task=imagenet reads an ImageFolder lazily through data/imagenet.py (options pass through)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for wnid in ("n01", "n02"):
+        (tmp_path / "val" / wnid).mkdir(parents=True)
+        for k in range(2):
+            Image.fromarray(rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(
+                tmp_path / "val" / wnid / f"ILSVRC2012_val_{wnid}{k}.JPEG")
+    cell = _cell(tmp_path, "model=tiny_vit", "task=imagenet", "method=attnlrp", f"task.path={tmp_path}",
+                 "task.options.subset=all", "task.options.image_size=64")
+    adapter = adapter_for(cell.task.kind)
+    bundle = ModelBundle(cell.model, tiny_vit, None, "cpu")
+    pool = adapter.load_samples(cell.task, bundle)
+    assert [s.sample_id for s in pool] == ["ILSVRC2012_val_n010", "ILSVRC2012_val_n011", "ILSVRC2012_val_n020",
+                                           "ILSVRC2012_val_n021"]
+    results = adapter.evaluate(bundle, pool[1:3], JobContext(cell, "cpu", None, 8))
+    assert [r.sample_id for r in results] == ["ILSVRC2012_val_n011", "ILSVRC2012_val_n020"]
+    assert {r[0] for r in results[1].rows} >= {"agreement", "accuracy", "relevance_positional", "correct"}
