@@ -263,18 +263,11 @@ class ImageNetVal(torch.utils.data.Dataset):
                                  "file": str(path.relative_to(self.listing.val_dir)), "layout": self.listing.layout})
 
 
-def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", image_size: int = 224,
-                      labels_file: str | Path | None = None) -> ImageNetVal:
-    """ImageNet validation images as a lazy dataset of :class:`ImageSample` (PROTOCOL.md section 3).
-
-    ``root``: the folder holding ``val/`` or the ``val`` folder itself. ``subset``: ``"protocol5000"`` (the
-    official seed-42 choice of 5000 of the 50000 images; needs the complete set), ``"all"`` (ImageFolder
-    order), or an int ``k`` (the first ``k`` of the seed-42 selection order). ``labels_file``: for a flat
-    layout whose labels file is not found automatically.
-    """
+def select_imagenet_val(listing: ValListing, subset: str | int = "protocol5000",
+                        image_size: int = 224) -> ImageNetVal:
+    """Apply ``subset`` (see :func:`load_imagenet_val`) to a listing in ImageFolder order."""
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
         raise BadInputError(f"image_size must be a positive int, got {image_size!r}", "use e.g. image_size=224")
-    listing = list_imagenet_val(root, labels_file)
     n_total = len(listing.files)
     if subset == "all":
         indices = np.arange(n_total)
@@ -289,3 +282,17 @@ def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", imag
     else:
         raise BadInputError(f"unknown ImageNet subset {subset!r}", "use 'protocol5000', 'all' or a number of images")
     return ImageNetVal(listing, indices, image_size)
+
+
+def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", image_size: int = 224,
+                      labels_file: str | Path | None = None) -> ImageNetVal:
+    """ImageNet validation images as a lazy dataset of :class:`ImageSample` (PROTOCOL.md section 3).
+
+    ``root``: the folder holding ``val/`` or the ``val`` folder itself. ``subset``: ``"protocol5000"`` (the
+    official seed-42 choice of 5000 of the 50000 images; needs the complete set), ``"all"`` (ImageFolder
+    order), or an int ``k`` (the first ``k`` of the seed-42 selection order). ``labels_file``: for a flat
+    layout whose labels file is not found automatically.
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
+        raise BadInputError(f"image_size must be a positive int, got {image_size!r}", "use e.g. image_size=224")
+    return select_imagenet_val(list_imagenet_val(root, labels_file), subset, image_size)

@@ -344,6 +344,8 @@ class DeitTwin:
         check_vision_method(method, aggregation)
         if attention_mask is not None:
             raise BadInputError("attention_mask was given for a vision transformer", "pass attention_mask=None")
+        if attention not in ("sdpa", "eager"):
+            raise BadInputError(f"unknown attention implementation {attention!r}", "use sdpa or eager")
         pixels = self.prepare_pixels(pixel_values)
         out_dtype = torch.float64 if pixels.dtype == torch.float64 else torch.float32
         with torch.enable_grad():

@@ -59,6 +59,8 @@ class LlamaTwin:
 
     @classmethod
     def supports(cls, model) -> bool:
+        if not type(model).__module__.startswith("transformers."):
+            return False  # cheap check first: importing transformers for a timm model costs seconds
         try:
             causal, seqcls = _llama_classes()
         except ImportError:  # pragma: no cover

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..errors import PalrpError
 from .devices import resolve_devices
 from .execute import JobReport, write_json_atomic
 from .merge import MergeOutcome, merge_run
@@ -86,8 +87,14 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
-    reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
-                       log_every=int(cfg.runner.log_every))
+    try:
+        reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
+                           log_every=int(cfg.runner.log_every))
+    except PalrpError:
+        # a user error stops the run, but what finished before it stays usable: merge it, then report the error
+        if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
+            merge_run(run_dir)
+        raise
     merged = merge_run(run_dir)
     from ..report.summary import summary_text
 

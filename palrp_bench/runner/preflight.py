@@ -52,10 +52,29 @@ def _hub_cached(repo_id: str, repo_type: str = "model") -> bool:
     return folder.is_dir() and any((folder / "snapshots").glob("*"))
 
 
+HINT_EMBEDDED = "recreate the embedded assets with scripts/train_tiny_text.py / scripts/train_tiny_vit.py"
+
+
+def _embedded_assets(model) -> list[Path]:
+    if model.family == Family.tiny_text:
+        from ..data.synthetic_text import ASSET_DIR
+
+        return [ASSET_DIR / model.source / "model.safetensors", ASSET_DIR / "tokenizer" / "tokenizer.json"]
+    if model.family == Family.tiny_vit:
+        from ..data.synthetic_vision import tiny_vit_paths
+
+        return list(tiny_vit_paths())
+    return []
+
+
 def _model_missing(cell: Cell) -> list[tuple[str, str]]:
     model = cell.model
-    missing = []
-    if model.family in (Family.llama, Family.deit):
+    missing = [(f"embedded asset {path} ({model.name})", HINT_EMBEDDED)
+               for path in _embedded_assets(model) if not path.is_file()]
+    if model.family == Family.deit and model.checkpoint is not None:
+        if not Path(model.checkpoint).expanduser().is_file():
+            missing.append((f"checkpoint {model.checkpoint} ({model.name})", HINT_CHECKPOINT))
+    elif model.family in (Family.llama, Family.deit):
         sources = [model.source] + ([model.tokenizer] if model.tokenizer else [])
         for source in sources:
             if is_local_path(source):

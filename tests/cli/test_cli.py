@@ -81,3 +81,16 @@ def test_multirun_sweep_shares_one_run_dir_then_report(tmp_path):
     report = run_cli("mode=report", f"run_dir={run_dir}", "report.n_boot=200", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "## Paired comparisons" in report.stdout and (run_dir / "report/report.tex").exists()
+
+
+def test_unreadable_checkpoint_is_one_line(tmp_path):
+    bad = tmp_path / "broken_ckpt"
+    bad.mkdir()
+    (bad / "config.json").write_text("{ this is not json")
+    from palrp_bench.data.synthetic_text import ASSET_DIR
+
+    line = _one_line_error(run_cli("model=tinyllama", "task=synthetic_sentiment", "method=pa_lrp",
+                                   f"model.source={bad}", f"model.tokenizer={ASSET_DIR / 'tokenizer'}",
+                                   "runner.devices=[cpu]", f"run_dir={tmp_path / 'r'}", cwd=tmp_path))
+    assert "tinyllama" in line or str(bad) in line
+    assert "checkpoint" in line or "cannot load" in line

@@ -7,7 +7,6 @@ not in wnid order).
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,8 @@ import torch
 from PIL import Image
 
 from palrp_bench.data.base import ImageSample
-from palrp_bench.data.imagenet import (IMAGENET_VAL_SIZE, PROTOCOL_SUBSET_SIZE, list_imagenet_val, load_imagenet_val,
-                                       protocol_subset_indices)
+from palrp_bench.data.imagenet import (IMAGENET_VAL_SIZE, PROTOCOL_SUBSET_SIZE, ValListing, list_imagenet_val,
+                                       load_imagenet_val, protocol_subset_indices, select_imagenet_val)
 from palrp_bench.errors import BadInputError, MissingDataError, PalrpError
 
 FIXTURES = Path(__file__).parent / "fixtures_vision"
@@ -147,36 +146,35 @@ def test_int_subset_selects_seed42_indices_of_the_imagefolder_order():
     assert ds[0].meta["dataset_index"] == int(official[0])
 
 
-def test_protocol5000_on_a_full_sized_imagefolder(tmp_path):
-    """1000 class folders x 50 files; file names interleave the classes so that ImageFolder (class-major) order
-    differs from plain name order, which is what the official indices refer to."""
-    val = tmp_path / "val"
-    val.mkdir()
-    names_in_imagefolder_order = []
+def test_protocol5000_on_a_full_sized_listing(tmp_path):
+    """A 50000-image listing in ImageFolder order (1000 classes x 50 files whose names interleave the classes,
+    so class-major order differs from plain name order; the official indices refer to the former). Only the
+    first selected file exists on disk, which also shows that selecting never reads images."""
+    names, files, labels = [], [], []
     for c in range(1000):
-        class_dir = val / f"n{c:08d}"
-        class_dir.mkdir()
         for j in range(50):
-            name = f"ILSVRC2012_val_{j * 1000 + c + 1:08d}"
-            fd = os.open(class_dir / f"{name}.JPEG", os.O_CREAT | os.O_WRONLY)
-            os.close(fd)
-            names_in_imagefolder_order.append(name)
-    # one real image at the first selected position, so reading a sample is exercised too
+            names.append(f"ILSVRC2012_val_{j * 1000 + c + 1:08d}")
+            files.append(tmp_path / f"n{c:08d}" / f"{names[-1]}.JPEG")
+            labels.append(c)
+    listing = ValListing(tmp_path, "imagefolder", tuple(files), tuple(labels),
+                         tuple(f"n{c:08d}" for c in range(1000)))
     official = _official_choice(IMAGENET_VAL_SIZE, PROTOCOL_SUBSET_SIZE)
-    first = names_in_imagefolder_order[official[0]]
-    first_path = val / f"n{official[0] // 50:08d}" / f"{first}.JPEG"
-    Image.new("RGB", (7, 5), (200, 10, 30)).save(first_path)
+    files[official[0]].parent.mkdir()
+    Image.new("RGB", (7, 5), (200, 10, 30)).save(files[official[0]])
 
-    ds = load_imagenet_val(tmp_path)  # default subset="protocol5000"
+    ds = select_imagenet_val(listing)  # default subset="protocol5000"
     assert len(ds) == 5000
     np.testing.assert_array_equal(ds.indices, official)
-    assert ds.sample_ids == [names_in_imagefolder_order[i] for i in official]
+    assert ds.sample_ids == [names[i] for i in official]
     sample = ds[0]
-    assert sample.sample_id == first and sample.label == official[0] // 50
+    assert sample.sample_id == names[official[0]] and sample.label == official[0] // 50
     assert sample.image.shape == (3, 224, 224)
     assert torch.allclose(sample.image[:, 100, 100], torch.tensor([200, 10, 30]) / 255.0, atol=0.02)
     # subset=k is the first k of the protocol list
-    assert load_imagenet_val(tmp_path, subset=20).sample_ids == ds.sample_ids[:20]
+    assert select_imagenet_val(listing, 20).sample_ids == ds.sample_ids[:20]
+    with pytest.raises(MissingDataError, match="50000"):
+        select_imagenet_val(ValListing(tmp_path, "imagefolder", tuple(files[:-1]), tuple(labels[:-1]),
+                                       listing.classes))
 
 
 def test_loading_is_deterministic():

@@ -11,7 +11,7 @@ and sdpa attention. docs/reference_lxt.md records the commands and the measured 
 What the tests establish:
 
 * ``explain(..., method="attnlrp" | "cp_lrp" | "grad_x_input").semantic`` equals lxt's AttnLRP / CP-LRP /
-  unpatched relevance up to float rounding (float32 worst relative difference 5e-7 / 5e-7 / 4e-6, see TOL).
+  unpatched relevance up to float rounding (float32 worst relative difference 6.5e-7 / 1.4e-6 / 4.8e-6, see TOL).
 * The remaining float64 difference (~1e-7 relative) is EXACTLY three numerical choices of lxt / transformers,
   none of them a rule difference: (1) lxt's identity rule divides by ``x + 1e-10`` (``identity_rule_implicit_fn``),
   (2) RMSNorm statistics are computed in float32 even for a float64 model (lxt's ``rms_norm_forward`` and HF's
@@ -38,13 +38,23 @@ MODELS = {"llama_causal": ("ids_causal.json", transformers.LlamaForCausalLM),
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 OUR_METHOD = {"attnlrp": "attnlrp", "cp_lrp": "cp_lrp", "gxi": "grad_x_input"}  # lxt phase -> palrp method
 # Relative tolerance (max |ours - lxt| / max |lxt| per sequence) of the public API. Measured worst cases over both
-# models, dtypes and attention implementations: attnlrp 5.2e-7, cp_lrp 5.2e-7, gxi 3.6e-6 (plain gradients pass
-# through RMSNorm's normaliser, whose float32 rounding differs between transformers 4.57 and our twin). The
-# tolerance is ~4x the measurement; rule sets differ from each other by > 1e-1 (test_tolerance_separates_rule_sets).
-TOL = {"attnlrp": 2e-6, "cp_lrp": 2e-6, "gxi": 1e-5}
+# models, dtypes and attention implementations (1 and 2 threads; float32 reduction order depends on the thread
+# count): attnlrp 6.5e-7, cp_lrp 1.4e-6, gxi 4.8e-6 (plain gradients through RMSNorm's normaliser and the softmax
+# amplify float32 rounding). The tolerance is >= 3.5x the worst measurement, while the rule sets differ from each
+# other by > 0.6 relative (test_tolerance_separates_rule_sets), so agreement is specific to the rule set.
+TOL = {"attnlrp": 5e-6, "cp_lrp": 5e-6, "gxi": 2e-5}
 LXT_IDENTITY_EPS = 1e-10  # lxt/efficient/rules.py, identity_rule_implicit_fn.forward(epsilon=1e-10)
 
 _models: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_thread():
+    """Tiny models: one thread is 5x faster than two on a busy 2-core machine (restored afterwards)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +181,7 @@ def test_float64_difference_is_exactly_lxts_numerics(ref, monkeypatch, name, att
     key = f"{name}.float64.{attn}.{phase}"
     theirs = per_sequence(ref, name, key)
     plain = [float64_semantic(model, s, phase, attn) for s in sequences(name)]
-    assert max(rel_diff(o, t) for o, t in zip(plain, theirs)) < TOL[phase]  # measured <= 2.4e-6 (gxi)
+    assert max(rel_diff(o, t) for o, t in zip(plain, theirs)) < TOL[phase]  # measured <= 2.4e-6 (gxi), 4e-7 (attnlrp)
     monkeypatch.setattr(rules, "activation", lxt_identity_activation)
     monkeypatch.setattr(rules, "torch", TorchWithFloat32Statistics())
     emulated = [float64_semantic(model, s, phase, attn) for s in sequences(name)]

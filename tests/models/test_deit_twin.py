@@ -273,6 +273,7 @@ def test_bad_inputs():
         (dict(pixel_values=x, method="pa_lrp_no_multisink"), "single sink"),
         (dict(pixel_values=x, attention_mask=torch.ones(2, 17)), "attention_mask"),
         (dict(pixel_values=x, composite="no_such_rules"), "unknown rules"),
+        (dict(pixel_values=x, attention="flash"), "unknown attention"),
         (dict(pixel_values=x, composite=Composite("bad_roles", linear_gamma={"fc1": 0.1})), "unknown layer roles"),
     ]
     for overrides, match in cases:

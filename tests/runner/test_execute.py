@@ -107,3 +107,22 @@ def test_run_dir_records(tmp_path):
     status = json.loads((tmp_path / "cells/selftest/selftest/attnlrp/shard-000-of-001.status.json").read_text())
     assert status["status"] == "done" and status["n_computed"] == 4 and status["device"] == "cpu"
     assert len(list((tmp_path / "cells/selftest/selftest/attnlrp/explanations").glob("*.npz"))) == 4
+
+
+def test_a_user_error_mid_run_keeps_finished_results(tmp_path, monkeypatch):
+    from palrp_bench.runner.tasks import SelftestAdapter
+
+    real = SelftestAdapter.evaluate
+
+    def failing(self, bundle, samples, ctx, protocols=("selftest",)):
+        if ctx.cell.method == "pa_lrp":
+            raise BadInputError("sample text is empty", "drop empty texts")
+        return real(self, bundle, samples, ctx, protocols)
+
+    monkeypatch.setattr(SelftestAdapter, "evaluate", failing)
+    with pytest.raises(BadInputError, match="sample text is empty"):
+        _run(tmp_path, "task.options.n=5")
+    df = read_results(tmp_path)  # merged although the run stopped
+    assert set(df.method) == {"attnlrp"} and df.sample_id.nunique() == 5
+    status = json.loads((tmp_path / "cells/selftest/selftest/pa_lrp/shard-000-of-001.status.json").read_text())
+    assert status["status"] == "failed" and status["error"].startswith("sample text is empty")
