@@ -3,14 +3,14 @@
 (a) ``LlamaForSequenceClassification`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_classification`
     (label = a trigger word among the first 8 words), stand-in for the IMDB classifiers of Tables 1-2;
 (b) ``LlamaForCausalLM`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_mcqa` (answer letter of the
-    option holding the queried word, official ARC prompt), stand-in for the LLaMA-3 model of Table 3.
+    option in the asked category, official ARC prompt), stand-in for the LLaMA-3 model of Table 3.
 
 Both: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
 fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
 ``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
 safetensors + ``training_report.json``).
 
-    python scripts/train_tiny_text.py              # both models, about a minute each on one CPU core
+    python scripts/train_tiny_text.py              # both models (about 15 s + 40 s of CPU time, one thread)
     python scripts/train_tiny_text.py --kind cls
 """
 from __future__ import annotations
@@ -111,8 +111,9 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
         "heldout": dict(HELDOUT),
         "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
                   "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                  "lm_aux_weight": LM_AUX_WEIGHT if kind == "causal" else 0.0, "final_train_loss": float(loss.item()),
-                  "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads()},
+                  "lm_aux_weight": LM_AUX_WEIGHT if kind == "causal" else 0.0,
+                  "final_train_loss": float(loss.item()), "seconds": round(seconds, 1),
+                  "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads()},
         "n_parameters": sum(p.numel() for p in model.parameters()),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         (folder / st.REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
         print(f"{kind}: held-out accuracy {report['heldout_accuracy']:.4f} on {HELDOUT['n']} samples, "
-              f"{report['train']['seconds']:.0f} s training ({report['train']['cpu_seconds']:.0f} s CPU), {size:.2f} MB in {folder}")
+              f"{report['train']['seconds']:.0f} s training ({report['train']['cpu_seconds']:.0f} s CPU), "
+              f"{size:.2f} MB in {folder}")
     return 0
 
 

@@ -251,7 +251,8 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
     if not validation_rows:
         raise BadInputError(f"no IMDB rows left for validation ({len(train_rows)} train rows, train_size="
                             f"{train_size})", "lower train_size or use validation='official_test'")
-    return ImdbSplits(train=_tokenise(train_rows[:train_size], tokenizer, max_length, pad_to_max, "tokenising IMDB train"),
+    return ImdbSplits(train=_tokenise(train_rows[:train_size], tokenizer, max_length, pad_to_max,
+                                      "tokenising IMDB train"),
                       validation=_tokenise(validation_rows, tokenizer, max_length, pad_to_max,
                                            "tokenising IMDB validation"),
                       validation_kind=validation)

@@ -9,10 +9,10 @@ positional relevance (PROTOCOL.md section 1, RoPE sinks) carries real signal:
   triggers later in the text and decoys anywhere do not count. ``meta["evidence_positions"]`` are the
   token positions that decide a positive label.
 * **MCQA / next token** (stand-in for ARC-Easy and Wikipedia, :func:`make_synthetic_mcqa`): the official
-  ARC prompt (:func:`palrp_bench.data.arc.format_mcqa_prompt`) for the question "Which option is {word}?"
-  with four distinct animal words as options; the next token is the letter of the slot holding ``word``, so
-  the answer is a lookup whose result is fixed by the position of the matching option. ``label`` is the
-  answer index, ``meta["answer_letter"]`` the letter, as for ARC.
+  ARC prompt (:func:`palrp_bench.data.arc.format_mcqa_prompt`) for the question "Which option is an animal?"
+  (or "a fruit?", "a tool?") with four options of which exactly one belongs to the asked category; the next
+  token is the letter of that option's slot, so the answer depends on which word belongs to the category and
+  on where it stands. ``label`` is the answer index, ``meta["answer_letter"]`` the letter, as for ARC.
 
 Samples are deterministic: sample ``i`` of ``(task, seed, split)`` comes from its own generator seeded with
 ``(seed, split, task, i)``; its ``sample_id`` is ``synth-{cls|mcqa}-{split}-s{seed}-{i:05d}``.
@@ -89,7 +89,8 @@ __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "load_tiny_tokeniz
 
 
 def _build_vocab() -> dict[str, int]:
-    tokens = [*SPECIAL_TOKENS, *SYMBOLS, *ANSWER_LETTERS, *PROMPT_WORDS, *FILLERS, *TRIGGERS, *DECOYS, *OPTION_CATEGORIES, *OPTION_WORDS]
+    tokens = [*SPECIAL_TOKENS, *SYMBOLS, *ANSWER_LETTERS, *PROMPT_WORDS, *FILLERS, *TRIGGERS, *DECOYS,
+              *OPTION_CATEGORIES, *OPTION_WORDS]
     if len(set(tokens)) != len(tokens):  # pragma: no cover - guards edits of the word lists
         raise RuntimeError("synthetic vocabulary has duplicate tokens")
     return {token: i for i, token in enumerate(tokens)}
@@ -198,11 +199,11 @@ def make_synthetic_classification(n: int, seed: int = 0, split: str = "test",
 
 
 def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[TextSample]:
-    """``n`` deterministic "Which option is {word}?" prompts in the official ARC format (module docstring).
+    """``n`` deterministic "Which option is a(n) {category}?" prompts in the official ARC format (module docstring).
 
     ``label`` = index of the answer letter, ``meta["answer_letter"]`` / ``meta["answer_token_id"]`` the letter
-    and its token id (the correct next token), ``meta["evidence_positions"]`` the positions of the queried word
-    in the question, of the matching option word and of its letter. All prompts have the same length.
+    and its token id (the correct next token), ``meta["evidence_positions"]`` the positions of the category word
+    in the question, of the answer option's letter and of its word. All prompts have the same length.
     """
     _check_args(n, seed, split)
     samples = []
