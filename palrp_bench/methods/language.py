@@ -88,25 +88,26 @@ def explain_tokens(twin, input_ids, *, method: Method, composite: Composite, tar
         grads = torch.autograd.grad(explained.sum(), leaves, allow_unused=True)
     grads = [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads)]
     n_layers = len(out.cos)
-    sem_elem = embeds.detach().float() * grads[0].float()
+    acc = torch.promote_types(embeds.dtype, torch.float32)  # sums in float32 at least, float64 stays float64
+    sem_elem = embeds.detach().to(acc) * grads[0].to(acc)
     semantic = sem_elem.sum(-1)
     semantic_relu = sem_elem.clamp(min=0).sum(-1)
     b, t = input_ids.shape
     if n_layers:
-        cos_el = [c.detach().float() * g.float() for c, g in zip(out.cos, grads[1:1 + n_layers])]
-        sin_el = [s.detach().float() * g.float() for s, g in zip(out.sin, grads[1 + n_layers:])]
+        cos_el = [c.detach().to(acc) * g.to(acc) for c, g in zip(out.cos, grads[1:1 + n_layers])]
+        sin_el = [s.detach().to(acc) * g.to(acc) for s, g in zip(out.sin, grads[1 + n_layers:])]
         positional = torch.stack([torch.stack([c.sum(-1), s.sum(-1)], 1) for c, s in zip(cos_el, sin_el)], 1)
         positional_relu = torch.stack([torch.stack([c.clamp(min=0).sum(-1), s.clamp(min=0).sum(-1)], 1)
                                        for c, s in zip(cos_el, sin_el)], 1)
         shared = torch.stack([torch.stack(cos_el).sum(0).clamp(min=0).sum(-1),
                               torch.stack(sin_el).sum(0).clamp(min=0).sum(-1)], 1)
     else:
-        positional = torch.zeros(b, twin.num_layers, 2, t, device=semantic.device)
+        positional = torch.zeros(b, twin.num_layers, 2, t, device=semantic.device, dtype=acc)
         positional_relu = positional.clone()
-        shared = torch.zeros(b, 2, t, device=semantic.device)
-    logit = explained.detach().float()
+        shared = torch.zeros(b, 2, t, device=semantic.device, dtype=acc)
+    logit = explained.detach().to(acc)
     if correct_sign:
-        sign = torch.where(logit < 0, -1.0, 1.0).to(semantic.device)
+        sign = torch.where(logit < 0, -1.0, 1.0).to(device=semantic.device, dtype=acc)
         semantic = semantic * sign[:, None]
         positional = positional * sign[:, None, None, None]
     valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(semantic, dtype=torch.bool)

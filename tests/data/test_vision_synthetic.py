@@ -144,9 +144,12 @@ def test_missing_or_malformed_asset(tmp_path):
     weights, config = tiny_vit_paths(tmp_path)
     source_weights, source_config = tiny_vit_paths()
     weights.write_bytes(source_weights.read_bytes())
-    config.write_text(json.dumps({"timm_kwargs": {"img_size": 64}}))
-    with pytest.raises(MissingDataError, match="malformed"):
-        load_tiny_vit(tmp_path)
+    for broken in ({"mean": [0.5] * 3},  # no timm kwargs
+                   {"timm_kwargs": {"img_size": 64, "patch_size": 8, "embed_dim": 8, "depth": 1, "num_heads": 2,
+                                    "num_classes": 4}}):  # kwargs that do not fit the weights
+        config.write_text(json.dumps(broken))
+        with pytest.raises(MissingDataError, match="malformed"):
+            load_tiny_vit(tmp_path)
 
 
 def test_training_script_round_trip(tmp_path):
