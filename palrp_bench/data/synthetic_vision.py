@@ -7,7 +7,7 @@ object mask is the only place the class evidence lives, while the clutter gives 
 texture for explanations to be distracted by. That makes the suite meaningful for both PROTOCOL.md
 section 3 (blackening the most relevant pixels should destroy the prediction) and section 4 (the object
 mask is an exact segmentation ground truth). (A shape-is-the-class variant did not leave chance level within
-minutes of CPU training of a tiny ViT; the colour task trains in about a minute.)
+16 minutes of CPU training of a tiny ViT; the colour task reaches 99.9% in 3 short epochs.)
 
 Samples are deterministic: sample ``i`` of ``(seed, split)`` is drawn from its own generator seeded with
 ``(seed, split, i)``, so it does not depend on ``n`` (a longer list extends a shorter one) and its
@@ -30,7 +30,7 @@ from .base import ImageSample
 #: Class index -> name. The class is the object's hue family.
 SYNTHETIC_CLASSES: tuple[str, ...] = ("red", "yellow", "green", "blue")
 #: Centre hue of each class (HSV hue in [0, 1]) and the jitter around it.
-_CLASS_HUES: tuple[float, ...] = (0.0, 1.0 / 6.0, 1.0 / 3.0, 2.0 / 3.0)
+SYNTHETIC_CLASS_HUES: tuple[float, ...] = (0.0, 1.0 / 6.0, 1.0 / 3.0, 2.0 / 3.0)
 _HUE_JITTER = 0.04
 #: Object shapes (drawn uniformly; not the class).
 SYNTHETIC_SHAPES: tuple[str, ...] = ("disk", "square", "triangle", "cross")
@@ -99,7 +99,7 @@ def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray
     r = float(rng.uniform(*_OBJECT_HALF_SIZE))
     cy, cx = (float(v) for v in rng.uniform(r + 1, size - r - 1, size=2))
     mask = _shape_mask(shape, cy, cx, r, size)
-    hue = (_CLASS_HUES[label] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
+    hue = (SYNTHETIC_CLASS_HUES[label] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
     colour = _hsv_to_rgb(hue, rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
     shade = 1.0 + 0.08 * rng.standard_normal((1, size, size)).astype(np.float32)  # mild texture
     image = np.where(mask[None], colour[:, None, None] * shade, image)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from palrp_bench.data.base import ImageSample
-from palrp_bench.data.synthetic_vision import (SYNTHETIC_CLASSES, SYNTHETIC_IMAGE_SIZE, _CLASS_HUES, load_tiny_vit,
+from palrp_bench.data.synthetic_vision import (SYNTHETIC_CLASSES, SYNTHETIC_IMAGE_SIZE, SYNTHETIC_CLASS_HUES, load_tiny_vit,
                                                make_synthetic_vision, tiny_vit_paths)
 from palrp_bench.errors import BadInputError, MissingDataError
 
@@ -77,7 +77,7 @@ def test_the_class_lives_in_the_object_only():
         image, mask = s.image.numpy(), s.mask.numpy().astype(bool)
         saturation, value = _saturation_value(image)
         hue = colorsys.rgb_to_hsv(*image[:, mask].mean(1))[0]
-        assert abs((hue - _CLASS_HUES[s.label] + 0.5) % 1.0 - 0.5) < 0.06
+        assert abs((hue - SYNTHETIC_CLASS_HUES[s.label] + 0.5) % 1.0 - 0.5) < 0.06
         assert saturation[mask].mean() > 0.6
         bright_background = ~mask & (value > 0.3)
         assert (saturation[bright_background] > 0.5).mean() < 0.02

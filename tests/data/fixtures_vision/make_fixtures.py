@@ -10,7 +10,7 @@
   wnid order and one non-leaf synset with an ID above 1000).
 * ``gtsegs_tiny.mat``: 3 entries in the ``gtsegs_ijcv.mat`` layout (MATLAB v7.3 = HDF5 with a 512-byte MATLAB
   header, ``value/img`` and ``value/gt`` as [N, 1] object references into ``#refs#``, images stored
-  column-major [3, W, H], masks behind a [1, 1] cell). Entry 0 is a 20 x 30 image whose top-left quarter is
+  column-major [3, W, H] (gzip-compressed here to stay small), masks behind a [1, 1] cell). Entry 0 is a 20 x 30 image whose top-left quarter is
   red, top-right quarter green and bottom half blue, with the top half as mask (orientation checks).
 """
 from __future__ import annotations
@@ -84,11 +84,18 @@ def seg_entries() -> list[tuple[np.ndarray, np.ndarray]]:
     mask0[: h // 2] = 1
     entries = [(image0, mask0)]
     rng = np.random.default_rng(0)
-    for h, w in ((24, 16), (18, 18)):
-        image = rng.integers(0, 256, size=(h, w, 3)).astype(np.uint8)
-        mask = np.zeros((h, w), np.uint8)
-        mask[h // 4: 3 * h // 4, w // 3: w - 2] = 1
-        entries.append((image, mask))
+    h, w = 24, 16  # upsampled to 224
+    image1 = rng.integers(0, 256, size=(h, w, 3)).astype(np.uint8)
+    mask1 = np.zeros((h, w), np.uint8)
+    mask1[h // 4: 3 * h // 4, w // 3: w - 2] = 1
+    entries.append((image1, mask1))
+    h, w = 230, 260  # downsampled to 224
+    y, x = np.mgrid[0:h, 0:w]
+    image2 = np.stack([y * 255 // h, x * 255 // w, (x + y) % 256], axis=-1).astype(np.uint8)
+    mask2 = np.zeros((h, w), np.uint8)
+    mask2[20:200, 30:220] = 1
+    mask2[100:160, 40:200] = rng.integers(0, 2, size=(60, 160))  # speckle: resampling filters disagree here
+    entries.append((image2, mask2))
     return entries
 
 
@@ -103,9 +110,10 @@ def write_gtsegs(path: Path, entries: list[tuple[np.ndarray, np.ndarray]]) -> No
         for dset in (img, gt):
             dset.attrs["MATLAB_class"] = np.bytes_("cell")
         for i, (image, mask) in enumerate(entries):
-            d_img = refs.create_dataset(f"img{i}", data=image.transpose(2, 1, 0))  # column-major storage
+            d_img = refs.create_dataset(f"img{i}", data=image.transpose(2, 1, 0),  # column-major storage
+                                        compression="gzip", shuffle=True)
             d_img.attrs["MATLAB_class"] = np.bytes_("uint8")
-            d_mask = refs.create_dataset(f"mask{i}", data=mask.transpose(1, 0))
+            d_mask = refs.create_dataset(f"mask{i}", data=mask.transpose(1, 0), compression="gzip")
             d_mask.attrs["MATLAB_class"] = np.bytes_("logical")
             cell = refs.create_dataset(f"cell{i}", shape=(1, 1), dtype=h5py.ref_dtype)
             cell.attrs["MATLAB_class"] = np.bytes_("cell")
