@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+
+from ..errors import BadInputError
 
 
 @dataclass
@@ -27,3 +30,13 @@ class ImageSample:
     label: int | None = None
     mask: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
+
+
+def check_generator_args(n, seed, split: str, splits) -> None:
+    """Validate the arguments of a synthetic-data generator (one-line :class:`BadInputError` otherwise)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise BadInputError(f"n must be a non-negative int, got {n!r}", "pass the number of samples, e.g. n=256")
+    if split not in splits:
+        raise BadInputError(f"unknown synthetic split {split!r}", f"use one of {sorted(splits)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "pass e.g. seed=0")

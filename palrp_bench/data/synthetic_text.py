@@ -36,7 +36,7 @@ import torch
 
 from ..errors import BadInputError, MissingDataError
 from .arc import ANSWER_LETTERS, format_mcqa_prompt
-from .base import TextSample
+from .base import TextSample, check_generator_args
 from .text_common import pad_right
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "text"
@@ -133,12 +133,7 @@ def load_tiny_tokenizer(asset_dir: str | Path | None = None):
 
 # ----------------------------------------------------------------------------------------------- generators
 def _check_args(n: int, seed: int, split: str) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise BadInputError(f"n must be a non-negative int, got {n!r}", "pass the number of samples, e.g. n=256")
-    if split not in SYNTHETIC_SPLITS:
-        raise BadInputError(f"unknown synthetic split {split!r}", f"use one of {sorted(SYNTHETIC_SPLITS)}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "pass e.g. seed=0")
+    check_generator_args(n, seed, split, SYNTHETIC_SPLITS)
 
 
 def _rng(task: str, seed: int, split: str, i: int) -> np.random.Generator:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import BadInputError, MissingDataError
-from .base import ImageSample
+from .base import ImageSample, check_generator_args
 
 #: Class index -> name. The class is the object's hue family.
 SYNTHETIC_CLASSES: tuple[str, ...] = ("red", "yellow", "green", "blue")
@@ -117,12 +117,7 @@ def make_synthetic_vision(n: int, seed: int = 0, split: str = "test") -> list[Im
     ``label`` the colour class (:data:`SYNTHETIC_CLASSES`), ``mask`` ``[64, 64]`` int64 in {0, 1} (the object).
     Sample ``i`` depends only on ``(seed, split, i)``.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise BadInputError(f"n must be a non-negative int, got {n!r}", "pass the number of samples, e.g. n=256")
-    if split not in SYNTHETIC_SPLITS:
-        raise BadInputError(f"unknown synthetic split {split!r}", f"use one of {sorted(SYNTHETIC_SPLITS)}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "pass e.g. seed=0")
+    check_generator_args(n, seed, split, SYNTHETIC_SPLITS)
     samples = []
     for i in range(int(n)):
         rng = np.random.default_rng([int(seed), SYNTHETIC_SPLITS[split], i])

@@ -36,15 +36,6 @@ def _json(name):
     return json.loads((NLP / name).read_text())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The fixture models are tiny: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def cls_model():
     from transformers import LlamaForSequenceClassification

@@ -48,15 +48,6 @@ LXT_IDENTITY_EPS = 1e-10  # lxt/efficient/rules.py, identity_rule_implicit_fn.fo
 _models: dict = {}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny models: one thread is 5x faster than two on a busy 2-core machine (restored afterwards)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def ref():
     with np.load(REF_FILE) as data:

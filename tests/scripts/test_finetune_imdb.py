@@ -22,14 +22,6 @@ def ft():
     return module
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _history(folder: Path) -> list[dict]:
     return json.loads((folder / "history.json").read_text())["history"]
 
