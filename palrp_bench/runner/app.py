@@ -40,8 +40,9 @@ class RunOutcome:
     summary: str
 
 
-def describe_plan(jobs: list[Job]) -> str:
-    lines = [f"{len(jobs)} job(s):"]
+def describe_plan(jobs: list[Job], experiment=None) -> str:
+    lines = [] if experiment is None else [f"experiment {experiment.name}: {experiment.description}"]
+    lines.append(f"{len(jobs)} job(s):")
     lines += [f"  {job.name}  metrics={','.join(job.cell.metrics)}" for job in jobs]
     return "\n".join(lines)
 
@@ -76,7 +77,7 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     devices = resolve_devices(list(cfg.runner.devices))
     jobs = plan_jobs(cfg, cells, devices.n_workers)
     if mode == Mode.plan:
-        print(describe_plan(jobs), file=out)
+        print(describe_plan(jobs, cfg.experiment), file=out)
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     if all(c.model.family in OFFLINE_FAMILIES for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

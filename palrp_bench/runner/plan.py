@@ -76,7 +76,8 @@ class Cell:
 
     def describe(self) -> dict:
         """Self-describing record of the cell (``cell.json``, manifest)."""
-        return {"key": self.key, "model": self.model.name, "task": self.task.name, "method": self.method,
+        return {"key": self.key, "model": self.model.name, "paper_model": self.model.paper_name or self.model.name,
+                "task": self.task.name, "method": self.method,
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
                 "protocol": self.protocol, "aggregation": self.aggregation, "rules": self.rules,

@@ -117,7 +117,7 @@ class ModelConfig:
     #: the model is too large for a CPU run in reasonable time; preflight refuses ``runner.devices=[auto]``
     #: without a GPU (an explicit ``runner.devices=[cpu]`` still runs it)
     needs_gpu: bool = False
-    #: how the paper's tables call the model (report captions)
+    #: how the paper calls the model (recorded in cell.json and the manifest)
     paper_name: str = ""
 
 
@@ -180,8 +180,6 @@ class ExperimentConfig:
 
     name: str = MISSING
     description: str = ""
-    #: the paper table(s) the report compares against (``results/paper/<table>.csv``); empty = none
-    tables: List[str] = field(default_factory=list)
     cells: List[CellBlock] = field(default_factory=list)
 
 
