@@ -107,3 +107,14 @@ def test_target_selection():
     assert torch.allclose(other.logit, logits.gather(1, (1 - pred)[:, None])[:, 0], atol=1e-5)
     single = explain(model, ids, method="attnlrp", target=0)
     assert torch.equal(single.target, torch.zeros(3, dtype=torch.long))
+
+
+def test_bfloat16_explanations_track_float32():
+    """bf16 (the official runs' dtype) gives finite relevance close to the float32 one."""
+    ids = random_ids(2, 12)
+    f32 = explain(make_llama("gqa", "causal"), ids, method="pa_lrp")
+    bf16 = explain(make_llama("gqa", "causal", dtype=torch.bfloat16), ids, method="pa_lrp")
+    assert torch.isfinite(bf16.scores).all() and bf16.scores.dtype == torch.float32
+    for a, b in zip(f32.scores, bf16.scores):
+        corr = torch.corrcoef(torch.stack([a, b.float()]))[0, 1]
+        assert corr > 0.9
