@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from palrp_bench.atomic_io import write_json_atomic  # noqa: E402
 from palrp_bench.errors import BadInputError, MissingDataError, PalrpError  # noqa: E402
 
 #: One training example: token ids (BOS first, unpadded, at most ``max_length``) and the label (0 pos, 1 neg).
@@ -261,12 +262,6 @@ def evaluate(model, examples, batch_size: int, pad_id: int, max_length: int, des
 # ------------------------------------------------------------------------------------------ checkpointing
 
 
-def _atomic_json(path: Path, payload) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
-
-
 def _replace_dir(tmp: Path, final: Path) -> None:
     old = final.with_name(final.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -421,7 +416,7 @@ def run(args: argparse.Namespace) -> dict:
     config = _run_config(args)
     if args.resume:
         _check_resume_config(output_dir, config)
-    _atomic_json(output_dir / "run_config.json", config)
+    write_json_atomic(output_dir / "run_config.json", config)
 
     if args.smoke:
         model_path = str(build_smoke_model(output_dir / "smoke_base_model", args.seed))
@@ -473,7 +468,7 @@ def run(args: argparse.Namespace) -> dict:
             best = {"epoch": epoch, "selection_accuracy": row["selection_accuracy"], "selection": selection_kind}
             export_best(model, tokenizer, output_dir)
         save_checkpoint(output_dir, epoch, trainable, optimizer, scheduler, history, best)
-        _atomic_json(output_dir / "history.json", {"history": history, "best": best})
+        write_json_atomic(output_dir / "history.json", {"history": history, "best": best})
         print(f"epoch {epoch}: train loss {row['train_loss']:.4f} acc {row['train_accuracy']:.4f} | selection "
               f"loss {row['selection_loss']:.4f} acc {row['selection_accuracy']:.4f}", file=sys.stderr)
     return {"history": history, "best": best, "output_dir": str(output_dir)}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..atomic_io import write_json_atomic  # noqa: F401  (re-exported for runner modules)
 from ..errors import BadInputError
 from .bundles import BundleCache
 from .plan import Job
@@ -42,17 +43,6 @@ class JobReport:
     n_nonfinite: int = 0
     seconds: float = 0.0
     error: str | None = None
-
-
-def write_json_atomic(path: Path, data) -> None:
-    """Write JSON to a temporary name, fsync, rename (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def ensure_cell_record(job: Job, run_dir: Path) -> None:

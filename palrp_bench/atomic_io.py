@@ -1,0 +1,18 @@
+"""Crash-safe file writes: nothing a killed job leaves behind is ever half a file (DESIGN.md "Resume")."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """Write JSON to a temporary name, fsync, rename (readers never see half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
