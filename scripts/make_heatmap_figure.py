@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 import palrp_bench
 from palrp_bench.errors import BadInputError, MissingDataError, PalrpError
+from palrp_bench.metrics.maps import minmax_per_image
 
 COLUMNS = (("attnlrp", "AttnLRP"), ("pe_only", "PE only"), ("pa_lrp", "PA-LRP (Ours)"))
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
@@ -110,12 +111,6 @@ def prepare(images, size, mean, std) -> tuple[torch.Tensor, torch.Tensor]:
     return raw, (raw - m) / s
 
 
-def min_max(x: torch.Tensor) -> np.ndarray:
-    x = x - x.min()
-    top = x.max()
-    return (x / top if top > 0 else x).numpy()
-
-
 def render(raw, maps, row_labels, title, out: Path, cmap: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -128,7 +123,7 @@ def render(raw, maps, row_labels, title, out: Path, cmap: str) -> None:
         axes[i, 0].imshow(raw[i].permute(1, 2, 0).numpy())
         axes[i, 0].set_ylabel(row_labels[i], fontsize=8)
         for j, (method, _) in enumerate(COLUMNS, start=1):
-            axes[i, j].imshow(min_max(maps[method][i]), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+            axes[i, j].imshow(minmax_per_image(maps[method][i][None])[0][0].numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     for j, label in enumerate(["image"] + [c[1] for c in COLUMNS]):
         axes[0, j].set_title(label, fontsize=10)
     for ax in axes.flat:
