@@ -30,8 +30,9 @@ Output folder::
 
 Usage::
 
-    python scripts/finetune_imdb.py --model meta-llama/Llama-2-7b-hf --output-dir runs/imdb_llama2 \\
+    python scripts/finetune_imdb.py --model meta-llama/Llama-2-7b-hf --output-dir checkpoints/train_llama2_7b_imdb \\
         --imdb-path "IMDB Dataset.csv"
+    ln -s train_llama2_7b_imdb/best checkpoints/llama2_7b_imdb   # where configs/model/llama2_7b.yaml looks
     python scripts/finetune_imdb.py ... --resume          # continue after an interruption
     python scripts/finetune_imdb.py --smoke --output-dir /tmp/imdb_smoke   # tiny random model, seconds on CPU
 """
