@@ -41,7 +41,7 @@ def test_merge_of_a_non_run_dir_is_a_clear_error(tmp_path):
 
 
 def test_two_cpu_workers_give_the_single_worker_results(tmp_path):
-    single = run(compose_cfg(tmp_path / "one", *SELFTEST, "task.options.n=24"), out=open("/dev/null", "w"))
+    run(compose_cfg(tmp_path / "one", *SELFTEST, "task.options.n=24"), out=open("/dev/null", "w"))
     double = run(compose_cfg(tmp_path / "two", *SELFTEST, "task.options.n=24", "runner.devices=[cpu,cpu]"),
                  out=open("/dev/null", "w"))
     assert len(double.jobs) == 4 and {j.n_shards for j in double.jobs} == {2}  # one shard per worker
