@@ -12,11 +12,13 @@ What the tests establish:
 
 * ``explain(..., method="attnlrp" | "cp_lrp" | "grad_x_input").semantic`` equals lxt's AttnLRP / CP-LRP /
   unpatched relevance up to float rounding (float32 worst relative difference 6.5e-7 / 1.4e-6 / 4.8e-6, see TOL).
-* The remaining float64 difference (~1e-7 relative) is EXACTLY three numerical choices of lxt / transformers,
-  none of them a rule difference: (1) lxt's identity rule divides by ``x + 1e-10`` (``identity_rule_implicit_fn``),
+* The remaining float64 difference (~1e-7 relative) is three numerical choices of lxt / transformers, none of
+  them a rule difference: (1) lxt's identity rule divides by ``x + 1e-10`` (``identity_rule_implicit_fn``),
   (2) RMSNorm statistics are computed in float32 even for a float64 model (lxt's ``rms_norm_forward`` and HF's
   ``LlamaRMSNorm``), (3) HF's eager attention takes the softmax in float32. Emulating the three in palrp-bench's
-  rules reproduces lxt bit for bit (measured difference 0.0).
+  rules reproduces lxt to float32 rounding: bit for bit on a CPU with the kernels that produced the reference
+  (AVX-512), within ``EMULATED_F32_TOL`` elsewhere (the emulated statistics are float32, and float32 kernels
+  round differently per instruction set: 1.2e-6 relative measured with ``ATEN_CPU_CAPABILITY=avx2``).
 """
 import json
 
@@ -44,6 +46,12 @@ OUR_METHOD = {"attnlrp": "attnlrp", "cp_lrp": "cp_lrp", "gxi": "grad_x_input"}  
 # other by > 0.6 relative (test_tolerance_separates_rule_sets), so agreement is specific to the rule set.
 TOL = {"attnlrp": 5e-6, "cp_lrp": 5e-6, "gxi": 2e-5}
 LXT_IDENTITY_EPS = 1e-10  # lxt/efficient/rules.py, identity_rule_implicit_fn.forward(epsilon=1e-10)
+# The emulation computes the RMSNorm statistics and the eager softmax in float32 (as lxt did), so agreement is
+# bounded by float32 rounding, not float64: 64 float32 ulps (7.6e-6) of relative error over two layers of
+# normalisers and softmaxes. Measured: 0.0 with the reference machine's AVX-512 kernels, 1.2e-6 under AVX2.
+EMULATED_F32_TOL = 64 * torch.finfo(torch.float32).eps
+# float64 throughout (lxt with float64 norms and softmax): 512 float64 ulps (1.1e-13); measured 5e-16.
+EMULATED_F64_TOL = 512 * torch.finfo(torch.float64).eps
 
 _models: dict = {}
 
@@ -168,7 +176,8 @@ def float64_semantic(model, seq, phase, attention):
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_float64_difference_is_exactly_lxts_numerics(ref, monkeypatch, name, attn, phase):
-    """float64: small difference as is; bit-for-bit equal once lxt's eps and float32 statistics are emulated."""
+    """float64: small difference as is; equal to float32 rounding once lxt's eps and float32 statistics are
+    emulated (the emulated path runs its statistics in float32, like lxt)."""
     model = load(name, "float64")
     key = f"{name}.float64.{attn}.{phase}"
     theirs = per_sequence(ref, name, key)
@@ -177,7 +186,7 @@ def test_float64_difference_is_exactly_lxts_numerics(ref, monkeypatch, name, att
     monkeypatch.setattr(rules, "activation", lxt_identity_activation)
     monkeypatch.setattr(rules, "torch", TorchWithFloat32Statistics())
     emulated = [float64_semantic(model, s, phase, attn) for s in sequences(name)]
-    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) <= 1e-13  # measured 0.0 (bitwise equal)
+    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) <= EMULATED_F32_TOL  # 0.0 AVX-512, 1.2e-6 AVX2
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -190,4 +199,4 @@ def test_float64_lxt_with_float64_norms_differs_only_by_its_epsilon(ref, monkeyp
     assert max(rel_diff(o, t) for o, t in zip(plain, theirs)) < 1e-6
     monkeypatch.setattr(rules, "activation", lxt_identity_activation)
     emulated = [float64_semantic(model, s, "attnlrp", "sdpa") for s in sequences(name)]
-    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) < 1e-13
+    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) < EMULATED_F64_TOL
