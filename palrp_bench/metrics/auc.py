@@ -34,34 +34,44 @@ NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(np.round(np.linspace(0.0, 1.0, 1
 VISION_STEPS = AucConvention("vision_9pt_x100", tuple(np.round(np.linspace(0.1, 0.9, 9), 10)), 100.0)
 
 
-def trapezoid(y: np.ndarray, x: np.ndarray) -> float:
-    """Plain trapezoid rule, identical to ``sklearn.metrics.auc`` for increasing x."""
+def trapezoid(y, x) -> np.ndarray | float:
+    """Trapezoid rule over the last axis (``numpy.trapezoid``; identical to ``sklearn.metrics.auc`` for increasing
+    x). ``y`` ``[..., k]`` on the grid ``x`` ``[k]``; a float for a single curve."""
     y = np.asarray(y, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
-    if y.shape != x.shape:
+    if y.shape[-1:] != x.shape:
         raise ValueError(f"curve has {y.shape} points but the grid has {x.shape}")
-    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2.0))
+    area = np.trapezoid(y, x, axis=-1)
+    return float(area) if np.ndim(area) == 0 else area
 
 
-def mean_curve(curves: np.ndarray) -> np.ndarray:
-    """Sample-mean of per-sample curves ``[n, k]`` ignoring NaN entries (``np.nanmean`` as the official code)."""
+def mean_curve(curves) -> np.ndarray:
+    """Sample-mean of per-sample curves ``[..., n, k]`` ignoring NaN entries per step (``np.nanmean`` over the
+    sample axis, as the official code); a single curve ``[k]`` is returned as is. A step where every sample is NaN
+    stays NaN (no warning)."""
     curves = np.asarray(curves, dtype=np.float64)
     if curves.ndim == 1:
         return curves
-    return np.nanmean(curves, axis=0)
+    finite = ~np.isnan(curves)
+    count = finite.sum(axis=-2)
+    total = np.where(finite, curves, 0.0).sum(axis=-2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def area_under_mean_curve(curves: np.ndarray, convention: AucConvention) -> float:
-    """Trapezoid area of the sample-mean curve under ``convention`` (scaled)."""
+def area_under_mean_curve(curves, convention: AucConvention) -> np.ndarray | float:
+    """Trapezoid area of the sample-mean curve under ``convention`` (scaled); vectorised over leading axes of
+    ``curves`` ``[..., n, k]``."""
     return trapezoid(mean_curve(curves), convention.grid) * convention.scale
 
 
 def as_curves(curves, convention: AucConvention, name: str = "curves") -> np.ndarray:
-    """Validate per-sample curves for ``convention`` and return them as float64 ``[n, k]``.
+    """Validate per-sample curves for ``convention`` and return them as float64 ``[..., n, k]``.
 
-    Accepts a numpy array, a torch tensor or nested lists; a single curve ``[k]`` is read as one sample.
-    Raises :class:`~palrp_bench.errors.BadInputError` when there are no samples or the number of points is
-    not the convention's ``k`` (e.g. 9 vision steps given to an 11-point NLP metric).
+    Accepts a numpy array, a torch tensor or nested lists; a single curve ``[k]`` is read as one sample, and leading
+    axes (e.g. bootstrap resamples) are kept. Raises :class:`~palrp_bench.errors.BadInputError` when there are no
+    samples or the number of points is not the convention's ``k`` (e.g. 9 vision steps given to an 11-point NLP
+    metric).
     """
     from ..errors import BadInputError
 
@@ -71,9 +81,9 @@ def as_curves(curves, convention: AucConvention, name: str = "curves") -> np.nda
     if arr.ndim == 1:
         arr = arr[None, :]
     k = len(convention.x)
-    if arr.ndim != 2 or arr.shape[1] != k:
+    if arr.ndim < 2 or arr.shape[-1] != k:
         raise BadInputError(f"{name} has shape {tuple(np.shape(curves))} but {convention.name} needs [n, {k}]",
                             f"pass one row of {k} values per sample (x = {convention.x[0]:g}..{convention.x[-1]:g})")
-    if arr.shape[0] == 0:
+    if arr.shape[-2] == 0:
         raise BadInputError(f"{name} is empty", "evaluate at least one sample before computing the area")
     return arr

@@ -39,7 +39,8 @@ from ..errors import BadInputError
 from .maps import as_map_batch, minmax_per_image
 
 __all__ = ["THRESHOLDS", "average_precision", "otsu_threshold", "SegmentationCounts", "segmentation_counts",
-           "pooled_scores", "segmentation_scores", "SegmentationAccumulator"]
+           "pixel_accuracy", "mean_iou", "mean_average_precision", "pooled_scores", "segmentation_scores",
+           "SegmentationAccumulator"]
 
 #: Supported foreground thresholds (the paper's Table 5 uses "mean").
 THRESHOLDS = ("mean", "otsu")
@@ -192,18 +193,41 @@ def segmentation_counts(maps, masks, threshold: str = "mean", sample_ids: list |
     return SegmentationCounts(correct, labeled, inter, union, ap, list(sample_ids) if sample_ids else [])
 
 
+def pixel_accuracy(correct, labeled) -> np.ndarray | float:
+    """Dataset pixel accuracy x100 from per-image counts ``[..., n]``: total correct / total labelled (pooled, not
+    a mean of per-image accuracies; PROTOCOL.md section 4). Vectorised over leading axes."""
+    correct = np.asarray(correct, dtype=np.float64)
+    labeled = np.asarray(labeled, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * correct.sum(axis=-1) / labeled.sum(axis=-1)
+
+
+def mean_iou(intersection, union) -> np.ndarray | float:
+    """Dataset mIoU x100 from per-image counts ``[..., n, 2]`` (background, foreground): per class total
+    intersection / total union (0 when a class never occurs in prediction or ground truth), then the mean of the
+    two classes (PROTOCOL.md section 4). Vectorised over leading axes."""
+    inter = np.asarray(intersection, dtype=np.float64).sum(axis=-2)
+    union = np.asarray(union, dtype=np.float64).sum(axis=-2)
+    iou = np.divide(inter, union, out=np.zeros(np.broadcast(inter, union).shape), where=union > 0)
+    return 100.0 * iou.mean(axis=-1)
+
+
+def mean_average_precision(average_precision) -> np.ndarray | float:
+    """mAP x100: the mean over images ``[..., n]`` of the per-image average precision (PROTOCOL.md section 4)."""
+    return 100.0 * np.asarray(average_precision, dtype=np.float64).mean(axis=-1)
+
+
 def pooled_scores(counts: SegmentationCounts) -> dict:
-    """Dataset metrics from per-image counts, x100: ``pixel_accuracy``, ``miou``, ``map`` (pooled sums for the
-    first two, mean of per-image AP for mAP), plus ``iou`` (background, foreground) x100 and ``n_images``."""
+    """Dataset metrics from per-image counts, x100: ``pixel_accuracy``, ``miou``, ``map`` (:func:`pixel_accuracy`,
+    :func:`mean_iou`, :func:`mean_average_precision`), plus ``iou`` (background, foreground) x100 and
+    ``n_images``."""
     if len(counts) == 0:
         raise BadInputError("no images were evaluated", "feed at least one (map, mask) pair before result()")
-    total_inter = counts.intersection.sum(axis=0).astype(np.float64)
-    total_union = counts.union.sum(axis=0).astype(np.float64)
-    iou = np.divide(total_inter, total_union, out=np.zeros(2), where=total_union > 0)
-    return {"pixel_accuracy": 100.0 * float(counts.correct.sum()) / float(counts.labeled.sum()),
-            "miou": 100.0 * float(iou.mean()),
-            "map": 100.0 * float(counts.average_precision.mean()),
-            "iou": [100.0 * float(v) for v in iou],
+    iou = [mean_iou(counts.intersection[:, [c, c]], counts.union[:, [c, c]]) for c in (0, 1)]
+    return {"pixel_accuracy": float(pixel_accuracy(counts.correct, counts.labeled)),
+            "miou": float(mean_iou(counts.intersection, counts.union)),
+            "map": float(mean_average_precision(counts.average_precision)),
+            "iou": [float(v) for v in iou],
             "n_images": len(counts)}
 
 

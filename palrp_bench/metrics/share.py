@@ -26,6 +26,7 @@ two parts), so the definition below is ours, chosen to follow the words "sum of 
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import BadInputError
@@ -82,15 +83,20 @@ def positional_share(semantic_total, positional_total, cls_terms=None, use_abs: 
     return 100.0 * p / (s + p)
 
 
-def pooled_positional_share(semantic_totals, positional_totals) -> float:
-    """Dataset share, percent: ``100 * sum_i P_i / sum_i (S_i + P_i)`` from per-image totals ``[N]``
-    (e.g. :func:`relevance_totals` collected over all batches)."""
-    s = torch.as_tensor(semantic_totals).to(torch.float64).reshape(-1)
-    p = torch.as_tensor(positional_totals).to(torch.float64).reshape(-1)
-    if s.numel() == 0 or s.shape != p.shape:
-        raise BadInputError(f"got {s.numel()} semantic and {p.numel()} positional totals",
+def pooled_positional_share(semantic_totals, positional_totals) -> np.ndarray | float:
+    """Dataset share, percent: ``100 * sum_i P_i / sum_i (S_i + P_i)`` from per-image totals ``[..., n]``
+    (e.g. :func:`relevance_totals` collected over all batches); vectorised over leading axes. NaN when the summed
+    total relevance is 0."""
+    s = np.asarray(semantic_totals, dtype=np.float64)
+    p = np.asarray(positional_totals, dtype=np.float64)
+    if s.size == 0 or s.shape != p.shape:
+        raise BadInputError(f"got {s.size} semantic and {p.size} positional totals",
                             "pass one (S, P) pair per image, at least one")
-    return float(100.0 * p.sum() / (s.sum() + p.sum()))
+    ps = p.sum(axis=-1)
+    total = s.sum(axis=-1) + ps
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(total != 0, 100.0 * ps / np.where(total != 0, total, 1.0), np.nan)
+    return float(share) if np.ndim(share) == 0 else share
 
 
 def map_share(ours_maps, pe_only_maps) -> torch.Tensor:

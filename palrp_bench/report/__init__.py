@@ -1,7 +1,8 @@
-"""Reports: tidy CSVs -> the paper's tables, published vs reproduced (issue "Reports").
+"""Reports: a run's ``results.csv`` and ``metrics.csv`` -> the paper's tables, published vs reproduced.
 
-* :mod:`.derive`     per-sample rows -> table metrics (AUAC, AU-MSE, AUC x100, pixel accuracy, mIoU, PE share)
-* :mod:`.stats`      confidence intervals (bootstrap / t) and paired comparisons (bootstrap, Wilcoxon)
+The table numbers themselves come from :mod:`palrp_bench.metrics.table` (``metrics.csv``).
+
+* :mod:`.stats`      paired comparisons of two methods on the same samples (bootstrap, Wilcoxon)
 * :mod:`.published`  the paper's numbers (``results/paper/*.csv``)
 * :mod:`.tables`     comparison and paired frames, Markdown / LaTeX rendering
 * :mod:`.summary`    the table printed after a run

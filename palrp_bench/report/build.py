@@ -1,8 +1,10 @@
 """Build the full report of one or more runs: tables (Markdown + LaTeX + CSV), paired tests, plots.
 
-Input: run directories (their ``results.csv``; the shard stores are merged first if the CSV is missing) or
-tidy CSV files. Output in ``out_dir`` (default ``<first run>/report``): ``report.md``, ``report.tex``,
-``comparison.csv``, ``paired.csv``, ``curves_*.png`` and ``gallery_*.png``.
+Input: run directories (their ``results.csv`` and ``metrics.csv``; the shard stores are merged first if the CSV is
+missing) or tidy CSV files (the table numbers are then computed from them with
+:func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them). Output in ``out_dir``
+(default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``, ``paired.csv``,
+``curves_*.png`` and ``gallery_*.png``.
 """
 from __future__ import annotations
 
@@ -12,16 +14,16 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import MissingDataError
-from .derive import derive
+from ..metrics.table import metric_samples, table_metrics
+from ..rundir import METRICS_CSV
 from .published import load_published
 from .tables import (comparison_frame, comparison_latex, comparison_markdown, paired_frame, paired_latex,
                      paired_markdown, reproduced_frame)
 
 _METHOD_NOTE = (
-    "Intervals: {interval} ({conf}%; bootstrap = percentile bootstrap over samples recomputing the table metric, "
-    "{n_boot} resamples, seed 0; t = Student-t on per-sample values, used for the AUC metrics only). "
-    "Paired comparisons: paired bootstrap of the difference on common samples and a two-sided Wilcoxon "
-    "signed-rank test on per-sample values (palrp_bench/report/stats.py)."
+    "Intervals: {conf}% BCa bootstrap over samples of the table metric's own function (scipy.stats.bootstrap; "
+    "metrics.csv). Paired comparisons: paired bootstrap of the difference on common samples ({n_boot} resamples, "
+    "seed 0) and a two-sided Wilcoxon signed-rank test on per-sample values (palrp_bench/report/stats.py)."
 )
 
 
@@ -34,8 +36,9 @@ class ReportResult:
     files: list[Path] = field(default_factory=list)
 
 
-def _read_inputs(paths: list[Path]) -> tuple[pd.DataFrame, list[Path]]:
-    frames, run_dirs = [], []
+def _read_inputs(paths: list[Path], confidence: float, n_boot: int) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """``(results, metrics, run_dirs)`` of the inputs."""
+    frames, metric_frames, run_dirs = [], [], []
     for path in paths:
         path = Path(path)
         if path.is_dir():
@@ -55,9 +58,14 @@ def _read_inputs(paths: list[Path]) -> tuple[pd.DataFrame, list[Path]]:
                 run_dirs.append(path.parent)
         else:
             raise MissingDataError(f"{path} does not exist", "pass a run directory or a results.csv")
-        frames.append(pd.read_csv(csv, dtype={"variant": str, "sample_id": str}))
+        results = pd.read_csv(csv, dtype={"variant": str, "sample_id": str})
+        frames.append(results)
+        beside = csv.parent / METRICS_CSV
+        metric_frames.append(pd.read_csv(beside, dtype={"variant": str}) if beside.is_file()
+                             else table_metrics(results, confidence, n_boot))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return df, run_dirs
+    metrics = pd.concat(metric_frames, ignore_index=True) if metric_frames else pd.DataFrame()
+    return df, metrics, run_dirs
 
 
 def _option(cfg, name: str, default):
@@ -70,22 +78,20 @@ def _option(cfg, name: str, default):
 def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> ReportResult:
     """Tables, paired comparisons and plots of the runs / CSVs in ``paths`` under ``report_cfg``
     (:class:`~palrp_bench.runner.schema.ReportConfig` or anything with the same attributes)."""
-    interval = _option(report_cfg, "interval", "bootstrap")
     confidence = float(_option(report_cfg, "confidence", 0.95))
     n_boot = int(_option(report_cfg, "n_boot", 1000))
     gallery = list(_option(report_cfg, "gallery_ids", []) or [])
-    df, run_dirs = _read_inputs(paths)
+    df, metrics, run_dirs = _read_inputs(paths, confidence, n_boot)
     out_dir = Path(_option(report_cfg, "out_dir", None) or (
         (run_dirs[0] if run_dirs else Path(paths[0]).parent) / "report"))
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    metrics = derive(df)
-    reproduced = reproduced_frame(metrics, interval, confidence, n_boot)
+    reproduced = reproduced_frame(metrics)
     published = load_published(_option(report_cfg, "paper_dir", None))
     comparison = comparison_frame(reproduced, published)
-    paired = paired_frame(metrics, confidence, n_boot)
+    paired = paired_frame(metric_samples(df), confidence, n_boot)
 
-    note = _METHOD_NOTE.format(interval=interval, conf=int(confidence * 100), n_boot=n_boot)
+    note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot)
     md = ["# palrp-bench report", "", note, "", "## Published vs reproduced", "",
           comparison_markdown(comparison, confidence) if not comparison.empty else "no table metrics in the input",
           "", "## Paired comparisons (same samples)", "", paired_markdown(paired)]

@@ -3,7 +3,7 @@
 ::
 
     palrp-bench-report                       # the newest run under ./runs
-    palrp-bench-report runs/2025-01-01_12-00-00 other/results.csv --interval t --out report/
+    palrp-bench-report runs/2025-01-01_12-00-00 other/results.csv --confidence 0.9 --out report/
 
 Also reachable as ``palrp-bench mode=report run_dir=<run>``. Errors are one line and exit code 2.
 """
@@ -32,9 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("paths", nargs="*", type=Path, help="run directories or results.csv files (default: newest run)")
     p.add_argument("--runs-root", type=Path, default=Path("runs"), help="where to look for the newest run")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/report)")
-    p.add_argument("--interval", choices=("bootstrap", "t"), default="bootstrap", help="confidence interval")
     p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (intervals, paired comparisons)")
     p.add_argument("--paper-dir", type=Path, default=None, help="published numbers (default: results/paper)")
     p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
     p.add_argument("--no-plots", action="store_true", help="tables only")
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
             raise BadInputError(f"--confidence must be in (0, 1), got {args.confidence}", "use e.g. --confidence 0.95")
         paths = args.paths or [latest_run(args.runs_root)]
-        cfg = SimpleNamespace(interval=args.interval, confidence=args.confidence, n_boot=args.n_boot,
+        cfg = SimpleNamespace(confidence=args.confidence, n_boot=args.n_boot,
                               gallery_ids=[s for s in args.gallery_ids.split(",") if s], out_dir=args.out,
                               paper_dir=args.paper_dir)
         result = build_report(paths, cfg, plots=not args.no_plots)

@@ -1,11 +1,11 @@
 """Published vs reproduced, side by side, as data frames and as Markdown / LaTeX (issue "Reports").
 
-:func:`comparison_frame` joins the reproduced table metrics (:mod:`palrp_bench.report.derive`) with the
+:func:`comparison_frame` joins the reproduced table numbers (a run's ``metrics.csv``) with the
 published numbers on (model, task, method, variant, metric); a reproduced task is compared with its
 ``paper_task`` (e.g. ``mcqa_noncausal`` with ``mcqa``). Rows of a paper table that were not reproduced are kept
 (reproduced = NaN) so a partial run shows what is missing; reproduced numbers without a published counterpart
 (embedded tiny models, mAP, ...) form the ``reproduced only`` section. :func:`paired_frame` compares methods on
-the same samples (:mod:`palrp_bench.report.stats`).
+the same samples (:mod:`palrp_bench.report.stats`) from the per-sample rows.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .derive import DerivedMetric
-from .stats import confidence_interval, paired_comparison
+from ..metrics.table import MetricSamples
+from .stats import paired_comparison
 
 #: ``(a, b)`` method pairs compared per sample: PA-LRP vs AttnLRP (every table), PA-LRP vs its ablation (Table 2)
 PAIRS = (("pa_lrp", "attnlrp"), ("pa_lrp", "pa_lrp_no_multisink"), ("pe_only", "attnlrp"))
@@ -36,13 +36,9 @@ def direction(metric: str, variant: str, published_hib=None) -> bool | None:
     return None
 
 
-def reproduced_frame(metrics: list[DerivedMetric], interval: str, confidence: float, n_boot: int) -> pd.DataFrame:
-    rows = []
-    for m in metrics:
-        ci = confidence_interval(m, interval, confidence, n_boot)
-        rows.append({**m.cell, "metric": m.metric, "variant": m.variant, "reproduced": m.value(),
-                     "ci_low": ci.low, "ci_high": ci.high, "interval": ci.method, "n": m.n})
-    return pd.DataFrame(rows)
+def reproduced_frame(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ``metrics.csv`` frame with the table number named ``reproduced``."""
+    return metrics.rename(columns={"value": "reproduced"})
 
 
 def comparison_frame(reproduced: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +84,7 @@ def comparison_frame(reproduced: pd.DataFrame, published: pd.DataFrame) -> pd.Da
     return df[cols]
 
 
-def paired_frame(metrics: list[DerivedMetric], confidence: float, n_boot: int) -> pd.DataFrame:
+def paired_frame(metrics: list[MetricSamples], confidence: float, n_boot: int) -> pd.DataFrame:
     """Every available method pair of :data:`PAIRS` on the same cell, metric and variant."""
     index = {}
     for m in metrics:

@@ -94,13 +94,15 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     except PalrpError:
         # a user error stops the run, but what finished before it stays usable: merge it, then report the error
         if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
-            merge_run(run_dir)
+            merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
         raise
-    merged = merge_run(run_dir)
+    merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+    import pandas as pd
+
     from ..report.summary import summary_text
 
-    summary = summary_text(merged.results_csv, cfg.report)
+    summary = summary_text(pd.read_csv(merged.metrics_csv, dtype={"variant": str}), float(cfg.report.confidence))
     print(summary, file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
-          f"relevance); manifest: {merged.manifest}", file=out)
+          f"relevance); table numbers: {merged.metrics_csv}; manifest: {merged.manifest}", file=out)
     return RunOutcome(run_dir, cells, jobs, reports, merged, summary)

@@ -1,4 +1,5 @@
-"""Shard stores -> the run's tidy ``results.csv`` and ``manifest.json`` (DESIGN.md "Tidy CSV").
+"""Shard stores -> the run's tidy ``results.csv``, its table numbers ``metrics.csv`` and ``manifest.json``
+(DESIGN.md "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
 plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, rules,
@@ -21,18 +22,17 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import MissingDataError
+from ..metrics.table import table_metrics
+from ..rundir import MANIFEST_JSON, METRIC_COLUMNS, METRICS_CSV, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV
 from .execute import write_json_atomic
 from .manifest import environment
 from .store import decode_rows, iter_cell_records
-from .tasks import NONFINITE_METRIC
-
-RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "rules", "aggregation",
-                  "method", "sample_id", "metric", "variant", "step", "value"]
 
 
 @dataclass
 class MergeOutcome:
     results_csv: Path
+    metrics_csv: Path
     manifest: Path
     n_rows: int
     n_samples: int
@@ -93,8 +93,12 @@ def _write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def merge_run(run_dir: Path) -> MergeOutcome:
-    """(Re)build ``results.csv`` and ``manifest.json`` of ``run_dir`` from its shard stores."""
+def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> MergeOutcome:
+    """(Re)build ``results.csv``, ``metrics.csv`` and ``manifest.json`` of ``run_dir`` from its shard stores.
+
+    ``metrics.csv`` is computed from ``results.csv`` as written (:func:`palrp_bench.metrics.table.table_metrics`,
+    intervals at ``confidence`` with ``n_boot`` bootstrap resamples), so a report recomputing it from the CSV gets
+    the same numbers."""
     run_dir = Path(run_dir)
     if not (run_dir / "cells").is_dir():
         raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",
@@ -103,15 +107,21 @@ def merge_run(run_dir: Path) -> MergeOutcome:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             df, cells = collect_rows(run_dir)
-            csv_path = run_dir / "results.csv"
+            csv_path = run_dir / RESULTS_CSV
             _write_csv_atomic(df, csv_path)
+            written = pd.read_csv(csv_path, dtype={"variant": str, "sample_id": str})
+            metrics = table_metrics(written, confidence, n_boot)
+            metrics_path = run_dir / METRICS_CSV
+            _write_csv_atomic(metrics, metrics_path)
             invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
             manifest = {
                 "run": run_dir.name,
                 "run_dir": str(run_dir.resolve()),
                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "results_csv": csv_path.name,
+                "metrics_csv": metrics_path.name,
                 "columns": RESULT_COLUMNS,
+                "metric_columns": METRIC_COLUMNS,
                 "n_rows": int(len(df)),
                 "environment": environment(),
                 "seeds": sorted({c["settings"]["seed"] for c in cells}),
@@ -119,9 +129,9 @@ def merge_run(run_dir: Path) -> MergeOutcome:
                 "cells": cells,
                 "invocations": invocations,
             }
-            manifest_path = run_dir / "manifest.json"
+            manifest_path = run_dir / MANIFEST_JSON
             write_json_atomic(manifest_path, manifest)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return MergeOutcome(csv_path, manifest_path, int(len(df)), int(sum(c["n_samples"] for c in cells)),
+    return MergeOutcome(csv_path, metrics_path, manifest_path, int(len(df)), int(sum(c["n_samples"] for c in cells)),
                         int(sum(c["n_nonfinite"] for c in cells)), len(cells))

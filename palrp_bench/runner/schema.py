@@ -92,13 +92,6 @@ class Selection(Enum):
     until_correct = "until_correct"
 
 
-class Interval(Enum):
-    """Confidence interval of a reported mean (:mod:`palrp_bench.report.stats`)."""
-
-    bootstrap = "bootstrap"
-    t = "t"
-
-
 @dataclass
 class ModelConfig:
     """``configs/model/<name>.yaml``."""
@@ -209,9 +202,9 @@ class RunnerConfig:
 
 @dataclass
 class ReportConfig:
-    """How ``mode=report`` (and the summary printed after a run) aggregates per-sample values."""
+    """Intervals of ``metrics.csv`` (BCa bootstrap, :mod:`palrp_bench.metrics.table`) and of the report's paired
+    comparisons (``mode=report``, ``palrp-bench-report``)."""
 
-    interval: Interval = Interval.bootstrap
     confidence: float = 0.95
     n_boot: int = 1000
     #: sample ids whose cached explanations are drawn as heatmaps (empty = the first few of each cell)

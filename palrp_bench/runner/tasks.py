@@ -34,14 +34,7 @@ from .schema import TaskKind
 from .sharding import stable_hash
 from .store import ExplanationCache
 
-#: the row a sample with non-finite relevance gets instead of metric rows
-NONFINITE_METRIC = "nonfinite_relevance"
-#: a per-sample 0/1 row telling whether the model's prediction was correct (when the task has a label)
-CORRECT_METRIC = "correct"
-#: step value of scalar rows (stored as NaN / an empty CSV cell)
-SCALAR = None
-#: the variant of rows that have none
-NO_VARIANT = "all"
+from ..rundir import CORRECT_METRIC, NO_VARIANT, NONFINITE_METRIC, SCALAR  # noqa: F401  (row vocabulary)
 
 
 @dataclass

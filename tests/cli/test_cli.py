@@ -25,7 +25,7 @@ def test_command_line_mistakes_are_caught_before_hydra(argv, match):
 def test_valid_overrides_pass_the_check():
     check_overrides(["-m", "model=llama3_8b", "task=mcqa", "method=attnlrp,pe_only,pa_lrp", "task.options.x=1",
                      "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "runner.devices=[0,1]",
-                     "+experiment=table1", "report.interval=t"])
+                     "+experiment=table1", "report.confidence=0.9"])
 
 
 def _one_line_error(done, code=2):

@@ -1,52 +1,27 @@
-"""Intervals and paired comparisons (palrp_bench/report/stats.py) against hand / textbook values."""
+"""Paired comparisons (palrp_bench/report/stats.py) against hand / textbook values."""
 import math
 
 import numpy as np
 import pytest
 
-from palrp_bench.report.derive import DerivedMetric
-from palrp_bench.report.stats import confidence_interval, paired_comparison, t_quantile, wilcoxon_p
+from palrp_bench.metrics.registry import METRICS
+from palrp_bench.metrics.table import MetricSamples
+from palrp_bench.report.stats import paired_comparison, wilcoxon_p
 
 
-def _mean_metric(values, ids=None, method="pa_lrp"):
-    values = np.asarray(values, dtype=float)
-    ids = np.asarray(ids if ids is not None else [f"s{i}" for i in range(len(values))])
-    return DerivedMetric({"method": method}, "auac", "generation", ids, values[:, None], lambda c: c[..., 0])
-
-
-def test_t_interval_by_hand():
-    values = [0.60, 0.70, 0.65, 0.80, 0.75, 0.55, 0.68, 0.72, 0.61, 0.74]
-    ci = confidence_interval(_mean_metric(values), "t", 0.95)
-    mean, sd = np.mean(values), np.std(values, ddof=1)
-    half = 2.2621571628 * sd / math.sqrt(10)  # t_{0.975, 9}
-    assert (ci.low, ci.high) == pytest.approx((mean - half, mean + half), rel=1e-6)
-    assert t_quantile(0.975, 9) == pytest.approx(2.2621571628, rel=1e-8)
-
-
-def test_bootstrap_interval_is_seeded_and_sensible():
-    rng = np.random.default_rng(1)
-    m = _mean_metric(rng.normal(0.5, 0.1, 400))
-    a = confidence_interval(m, "bootstrap", 0.95, n_boot=2000)
-    b = confidence_interval(m, "bootstrap", 0.95, n_boot=2000)
-    assert (a.low, a.high) == (b.low, b.high)  # deterministic
-    t = confidence_interval(m, "t", 0.95)
-    assert a.low < m.value() < a.high
-    assert (a.low, a.high) == pytest.approx((t.low, t.high), abs=0.003)  # both ~ mean +- 1.96 * 0.1 / 20
-
-
-def test_pooled_ratio_metrics_always_bootstrap():
-    comps = np.array([[3.0, 4.0], [1.0, 4.0], [2.0, 4.0]])
-    m = DerivedMetric({"method": "x"}, "pixel_accuracy", "mean_threshold", np.array(["a", "b", "c"]), comps,
-                      lambda c: 100 * c[..., 0] / c[..., 1])
-    ci = confidence_interval(m, "t", 0.9, n_boot=500)
-    assert ci.method == "bootstrap" and m.value() == pytest.approx(50.0) and ci.low <= 50.0 <= ci.high
+def _flat_curves(levels, ids=None, method="pa_lrp"):
+    """AUAC samples whose curves are flat at ``levels`` (each sample's area is its level)."""
+    levels = np.asarray(levels, dtype=float)
+    ids = np.asarray(ids if ids is not None else [f"s{i}" for i in range(len(levels))])
+    return MetricSamples({"method": method, "protocol": "official"}, METRICS["auac"], "generation", ids,
+                         np.repeat(levels[:, None], 11, axis=1))
 
 
 def test_paired_comparison_uses_common_samples():
     base = np.linspace(0.2, 0.8, 30)
     gain = 0.01 * np.arange(1, 31)  # distinct positive paired differences
-    a = _mean_metric(np.concatenate([base + gain, [9.0]]), [f"s{i}" for i in range(30)] + ["only_a"])
-    b = _mean_metric(base, method="attnlrp")
+    a = _flat_curves(np.concatenate([base + gain, [9.0]]), [f"s{i}" for i in range(30)] + ["only_a"])
+    b = _flat_curves(base, method="attnlrp")
     cmp = paired_comparison(a, b, n_boot=500)
     assert cmp.n == 30 and cmp.difference == pytest.approx(gain.mean())  # the extra sample of A is ignored
     assert 0.01 <= cmp.low < gain.mean() < cmp.high <= 0.30
@@ -54,6 +29,15 @@ def test_paired_comparison_uses_common_samples():
     assert cmp.p_wilcoxon == pytest.approx(2 / 2**30)  # exact signed-rank: every difference positive
     same = paired_comparison(b, b, n_boot=200)
     assert same.difference == 0.0 and math.isnan(same.p_wilcoxon)
+
+
+def test_paired_pooled_metric_recomputes_the_pooled_ratio():
+    # pixel accuracy is pooled: 100 * sum(correct) / sum(labeled), not a mean of per-image ratios
+    spec = METRICS["pixel_accuracy"]
+    a = MetricSamples({"method": "a"}, spec, "mean_threshold", np.array(["x", "y"]), np.array([[3.0, 4.0], [1.0, 6.0]]))
+    b = MetricSamples({"method": "b"}, spec, "mean_threshold", np.array(["x", "y"]), np.array([[2.0, 4.0], [1.0, 6.0]]))
+    cmp = paired_comparison(a, b, n_boot=100)
+    assert cmp.difference == pytest.approx(100 * 4 / 10 - 100 * 3 / 10)
 
 
 def test_wilcoxon_matches_a_textbook_value():

@@ -6,8 +6,10 @@ import pandas as pd
 import pytest
 
 from palrp_bench.runner.app import run
-from palrp_bench.runner.merge import RESULT_COLUMNS, merge_run
 from palrp_bench.errors import MissingDataError
+from palrp_bench.metrics.nlp import au_mse, auac
+from palrp_bench.rundir import METRIC_COLUMNS, RESULT_COLUMNS
+from palrp_bench.runner.merge import merge_run
 from runner.harness import compose_cfg, per_sample_values, read_results
 
 SELFTEST = ("experiment=selftest", "task=selftest", "runner.quiet=true")
@@ -30,9 +32,26 @@ def test_tidy_csv_is_long_and_self_describing(tmp_path):
     assert manifest["invocations"][0]["config"]["protocol"] == "corrected"
     assert {c["key"] for c in manifest["cells"]} == {"selftest/selftest/attnlrp", "selftest/selftest/pa_lrp"}
     # merging again is idempotent
-    before = (tmp_path / "r1/results.csv").read_bytes()
+    before = [(tmp_path / "r1" / name).read_bytes() for name in ("results.csv", "metrics.csv")]
     merge_run(tmp_path / "r1")
-    assert (tmp_path / "r1/results.csv").read_bytes() == before
+    assert [(tmp_path / "r1" / name).read_bytes() for name in ("results.csv", "metrics.csv")] == before
+
+
+def test_every_run_writes_metrics_csv_from_the_metric_functions(tmp_path):
+    run(compose_cfg(tmp_path / "r1", *SELFTEST, "task.options.n=9"), out=open("/dev/null", "w"))
+    df = read_results(tmp_path / "r1")
+    metrics = pd.read_csv(tmp_path / "r1/metrics.csv", dtype={"variant": str})
+    assert list(metrics.columns) == METRIC_COLUMNS
+    assert set(metrics.metric) == {"auac", "au_mse"} and set(metrics.variant) == {"generation", "pruning"}
+    for (method, metric, variant), row in metrics.set_index(["method", "metric", "variant"]).iterrows():
+        raw = df[(df.method == method) & (df.metric == {"auac": "ac", "au_mse": "mse"}[metric])
+                 & (df.variant == variant)]
+        curves = raw.pivot(index="sample_id", columns="step", values="value").to_numpy()
+        assert curves.shape == (9, 11)
+        # metrics.csv holds 10 significant digits (float_format %.10g)
+        assert row.value == pytest.approx({"auac": auac, "au_mse": au_mse}[metric](curves), rel=1e-9)
+        assert row.ci_low < row.value < row.ci_high and row.n == 9 and row.n_nonfinite == 0
+        assert row.interval == "bca_bootstrap"
 
 
 def test_merge_of_a_non_run_dir_is_a_clear_error(tmp_path):

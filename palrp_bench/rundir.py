@@ -1,0 +1,41 @@
+"""What a run directory holds: file names, the columns of its tables and the vocabulary of its rows.
+
+DESIGN.md "Tidy CSV" as one typed schema (in the spirit of lm-evaluation-harness's results schema): the runner
+writes these files, the report reads them, and neither needs the other's code.
+
+```
+<run_dir>/
+  results.csv      tidy per-sample rows (RESULT_COLUMNS)
+  metrics.csv      the final table numbers with intervals (METRIC_COLUMNS; palrp_bench.metrics.table)
+  manifest.json    resolved config, versions, git commit, hardware, cells
+  cells/<model>/<task>/<method>/   cell.json, shard stores, explanations/<sample>.npz
+  logs/, invocations/, selection/
+```
+"""
+from __future__ import annotations
+
+RESULTS_CSV = "results.csv"
+METRICS_CSV = "metrics.csv"
+MANIFEST_JSON = "manifest.json"
+
+#: columns identifying one reproduced cell (one method of one model on one task under one protocol)
+CELL_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "aggregation", "method"]
+
+#: ``results.csv``: one row per (run, sample_id, method, metric, variant, step) with its value
+RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "rules", "aggregation",
+                  "method", "sample_id", "metric", "variant", "step", "value"]
+
+#: ``metrics.csv``: one row per (cell, table metric, variant): the table number, its confidence interval, the
+#: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)
+METRIC_COLUMNS = CELL_COLUMNS + ["rules", "metric", "variant", "value", "ci_low", "ci_high", "n", "n_nonfinite",
+                                 "interval", "note"]
+
+#: the single row a sample with non-finite relevance gets instead of metric rows
+NONFINITE_METRIC = "nonfinite_relevance"
+#: per-sample 0/1 row: was the model's prediction correct (tasks with a label)
+CORRECT_METRIC = "correct"
+#: step of scalar rows (stored as an empty CSV cell, read back as NaN)
+SCALAR = None
+#: variant of rows that have none
+NO_VARIANT = "all"
+
