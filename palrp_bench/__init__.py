@@ -5,8 +5,8 @@ Public API::
     from palrp_bench import explain
     rel = explain(model, input_ids, attention_mask=None, method="pa_lrp", target=None, aggregation="official")
 
-``explain`` is :func:`palrp_bench.methods.explain.explain`, imported on first access so that the command line
-starts without paying for torch/transformers before it needs them (PEP 562).
+``explain`` is :func:`palrp_bench.api.explain`, imported on first access so that the command line starts without
+paying for torch/transformers before it needs them (PEP 562).
 """
 from __future__ import annotations
 
@@ -17,6 +17,6 @@ __all__ = ["explain", "__version__"]
 
 def __getattr__(name):
     if name == "explain":
-        from .methods.explain import explain
+        from .api import explain
         return explain
     raise AttributeError(f"module 'palrp_bench' has no attribute {name!r}")

@@ -12,7 +12,7 @@
 A user mistake (unknown name, missing data, a GPU that is not there, a shard index out of range, ...) stops the
 command with ONE line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2; results already stored stay.
 Typos in keys and wrong value types are caught by the structured-config schema
-(:mod:`palrp_bench.runner.schema`) before anything runs.
+(:mod:`palrp_bench.schema`) before anything runs.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import hydra
 from omegaconf import DictConfig
 
 from .errors import BadInputError, PalrpError
-from .runner import catalog
-from .runner.schema import register_schemas
+from . import catalog
+from .schema import register_schemas
 
 #: command-line groups checked before Hydra sees them, so an unknown option gives a one-line message
 _CHECKED_GROUPS = ("model", "task", "method", "metric", "experiment")
@@ -63,7 +63,7 @@ def check_key(key: str) -> None:
     import dataclasses
     import typing
 
-    from .runner.schema import PalrpConfig
+    from .schema import PalrpConfig
 
     node, path = PalrpConfig, []
     for part in key.split("."):

@@ -14,6 +14,10 @@ writes these files, the report reads them, and neither needs the other's code.
 """
 from __future__ import annotations
 
+import hashlib
+import re
+from pathlib import Path
+
 RESULTS_CSV = "results.csv"
 METRICS_CSV = "metrics.csv"
 MANIFEST_JSON = "manifest.json"
@@ -39,3 +43,25 @@ SCALAR = None
 #: variant of rows that have none
 NO_VARIANT = "all"
 
+
+def cell_directory(run_dir: Path, model: str, task: str, method: str) -> Path:
+    """``<run_dir>/cells/<model>/<task>/<method>``."""
+    return Path(run_dir) / "cells" / model / task / method
+
+
+def explanation_file(cell_dir: Path, sample_id: str) -> Path:
+    """The cached explanation of ``sample_id`` in a cell: a readable, file-system-safe and collision-free name."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", sample_id)[:80]
+    digest = hashlib.blake2b(sample_id.encode("utf-8"), digest_size=6).hexdigest()
+    return Path(cell_dir) / "explanations" / f"{readable}-{digest}.npz"
+
+
+def read_explanation(path: Path) -> dict | None:
+    """The arrays of a cached explanation file (``sample_id`` left out), or None when there is none."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files if k != "sample_id"}

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from palrp_bench.evaluation.nlp_perturbation import TASKS, nlp_perturbation_curves  # noqa: E402
+from palrp_bench.protocol import PROTOCOLS  # noqa: E402
 
 
 def build_model(task: str, *, layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, length: int,
@@ -74,7 +75,7 @@ def run_mode(mode: str, model, task: str, ids, scores, labels, batch_size: int, 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="wikipedia", choices=sorted(TASKS))
-    p.add_argument("--protocol", default="official", choices=["official", "corrected"])
+    p.add_argument("--protocol", default="official", choices=PROTOCOLS)
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--length", type=int, default=128, help="tokens per sample (BOS included)")
     p.add_argument("--layers", type=int, default=2)

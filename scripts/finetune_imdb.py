@@ -26,7 +26,7 @@ Output folder::
     history.json        per epoch: train loss/accuracy, selection loss/accuracy, learning rate
     checkpoint_<e>/     training state after epoch e (trainable parameters, optimizer, scheduler); only the
                         latest is kept; written atomically, so a killed run never leaves a torn checkpoint
-    best/               save_pretrained folder of the best epoch (loads with from_pretrained / load_llama)
+    best/               save_pretrained folder of the best epoch (loads with from_pretrained / load_hf_model)
 
 Usage::
 
@@ -139,7 +139,8 @@ def _local_files_only(name_or_path: str) -> bool:
     """Never hang on the hub: local folders, offline mode and an unreachable hub read only local files."""
     if Path(name_or_path).expanduser().exists():
         return True
-    from palrp_bench.data.text_common import hub_offline, hub_reachable
+    from palrp_bench.hub import hub_offline, hub_reachable
+
     return hub_offline() or not hub_reachable()
 
 
@@ -176,9 +177,9 @@ def build_smoke_model(folder: Path, seed: int) -> Path:
 
 def load_classifier(name_or_path: str, *, quantized: bool, dtype: str, seed: int, device: str):
     """Base checkpoint as a 2-label classifier (pad = eos); the new head is initialised under ``seed``."""
-    from palrp_bench.models.llama import load_llama
+    from palrp_bench.models.loading import load_hf_model
     torch.manual_seed(seed)
-    model = load_llama(name_or_path, kind="classifier", dtype=dtype, quantization="nf4" if quantized else None,
+    model = load_hf_model(name_or_path, kind="classifier", dtype=dtype, quantization="nf4" if quantized else None,
                        num_labels=2, local_files_only=_local_files_only(name_or_path))
     if not quantized:
         model.to(device)

@@ -51,7 +51,7 @@ def random_tiny_vit(num_classes: int = 4, seed: int = 0):
 
 def load_model(name: str, checkpoint: str | None, model_kwargs: dict):
     """``tiny`` -> the shipped tiny ViT (random tiny ViT if not built), ``random`` -> random tiny ViT, else a
-    timm DeiT/ViT name loaded by :func:`palrp_bench.models.deit.load_deit` (``model_kwargs`` go to timm)."""
+    timm DeiT/ViT name loaded by :func:`palrp_bench.models.loading.load_timm_vit` (``model_kwargs`` go to timm)."""
     if name == "tiny":
         try:
             from palrp_bench.data.synthetic_vision import load_tiny_vit
@@ -61,8 +61,8 @@ def load_model(name: str, checkpoint: str | None, model_kwargs: dict):
             return random_tiny_vit(), "random tiny ViT"
     if name == "random":
         return random_tiny_vit(), "random tiny ViT"
-    from palrp_bench.models.deit import load_deit
-    return load_deit(name, checkpoint=checkpoint, pretrained=checkpoint is None, **model_kwargs), name
+    from palrp_bench.models.loading import load_timm_vit
+    return load_timm_vit(name, checkpoint=checkpoint, pretrained=checkpoint is None, **model_kwargs), name
 
 
 def model_input(model) -> tuple[tuple[int, int], tuple[float, ...], tuple[float, ...], tuple[str, ...] | None]:

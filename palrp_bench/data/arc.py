@@ -28,6 +28,7 @@ from ..errors import BadInputError
 from .base import TextSample
 from .text_common import (check_tokenizer, check_unique_ids, encode_with_bos, hub_records, iter_local_records,
                           load_hub_dataset)
+from .registry import register_dataset
 
 HF_NAME = "allenai/ai2_arc"
 HF_CONFIG = "ARC-Easy"
@@ -161,3 +162,9 @@ def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[st
             if len(kept) == limit:
                 break
     return kept
+
+
+@register_dataset("arc")
+def _arc_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+    """``task.dataset=arc``: ARC-Easy with the official prompt (no options)."""
+    return load_arc_easy(tokenizer, path=path, limit=limit)

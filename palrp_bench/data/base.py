@@ -40,3 +40,4 @@ def check_generator_args(n, seed, split: str, splits) -> None:
         raise BadInputError(f"unknown synthetic split {split!r}", f"use one of {sorted(splits)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "pass e.g. seed=0")
+

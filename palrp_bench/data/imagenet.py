@@ -39,6 +39,7 @@ from PIL import Image
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample
+from .registry import register_dataset
 
 #: Extensions ``torchvision.datasets.ImageFolder`` accepts (case-insensitive); we accept the same files.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -296,3 +297,12 @@ def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", imag
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
         raise BadInputError(f"image_size must be a positive int, got {image_size!r}", "use e.g. image_size=224")
     return select_imagenet_val(list_imagenet_val(root, labels_file), subset, image_size)
+
+
+@register_dataset("imagenet")
+def _imagenet_dataset(path, limit, options, tokenizer) -> ImageNetVal:
+    """``task.dataset=imagenet``: ``task.path`` = the validation folder; options of :func:`load_imagenet_val`."""
+    if path is None:
+        raise BadInputError("task imagenet needs task.path (the ImageNet validation folder)",
+                            "set task.path=/path/to/imagenet/val")
+    return load_imagenet_val(path, **options)

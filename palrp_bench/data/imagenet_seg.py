@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample
+from .registry import register_dataset
 
 IMAGENET_SEG_COUNT = 4276
 IMAGENET_SEG_FILENAME = "gtsegs_ijcv.mat"
@@ -196,3 +197,12 @@ def verify_imagenet_seg(path: str | Path, expected_count: int = IMAGENET_SEG_COU
     if sha256 is not None and digest.lower() != sha256.strip().lower():
         problems.append(f"sha256 {digest} differs from the expected {sha256.strip().lower()}")
     return SegFileReport(path, path.stat().st_size, digest, count, len(indices), problems)
+
+
+@register_dataset("imagenet_seg")
+def _imagenet_seg_dataset(path, limit, options, tokenizer) -> ImageNetSegmentation:
+    """``task.dataset=imagenet_seg``: ``task.path`` = ``gtsegs_ijcv.mat``; options of :func:`load_imagenet_seg`."""
+    if path is None:
+        raise BadInputError("task imagenet_seg needs task.path (gtsegs_ijcv.mat)",
+                            "set task.path=/path/to/gtsegs_ijcv.mat")
+    return load_imagenet_seg(path, **options)

@@ -34,6 +34,7 @@ from ..errors import BadInputError, MissingDataError
 from .base import TextSample
 from .text_common import (check_max_length, check_tokenizer, check_unique_ids, default_data_dir, encode_with_bos,
                           hub_records, iter_local_records, load_hub_dataset, pad_right)
+from .registry import register_dataset
 
 #: Label index -> sentiment name (official mapping: positive -> 0, negative -> 1).
 IMDB_LABELS: tuple[str, ...] = ("positive", "negative")
@@ -256,3 +257,10 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
                       validation=_tokenise(validation_rows, tokenizer, max_length, pad_to_max,
                                            "tokenising IMDB validation"),
                       validation_kind=validation)
+
+
+@register_dataset("imdb")
+def _imdb_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+    """``task.dataset=imdb``: options ``source`` (kaggle_csv | hf), ``split``, ``max_length``."""
+    return load_imdb(source=options.get("source", "kaggle_csv"), path=path, split=options.get("split", "test"),
+                     limit=limit, tokenizer=tokenizer, max_length=int(options.get("max_length", IMDB_MAX_LENGTH)))

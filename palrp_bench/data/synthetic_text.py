@@ -38,6 +38,7 @@ from ..errors import BadInputError, MissingDataError
 from .arc import ANSWER_LETTERS, format_mcqa_prompt
 from .base import TextSample, check_generator_args
 from .text_common import pad_right
+from .registry import register_dataset
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "text"
 REPORT_NAME = "training_report.json"
@@ -315,3 +316,15 @@ def mcqa_accuracy(model: Any, tokenizer: Any, samples: Sequence[TextSample], bat
         pred = logits[torch.arange(len(chunk)), last].argmax(-1)
         correct += sum(predicted_letter(tokenizer, int(p)) == s.meta["answer_letter"] for p, s in zip(pred, chunk))
     return correct / len(samples)
+
+
+@register_dataset("synthetic_text")
+def _synthetic_text_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+    """``task.dataset=synthetic_text``: options ``kind`` (cls | mcqa), ``n``, ``seed``, ``split``, ``pad_to``."""
+    kind = options.get("kind", "cls")
+    n, seed, split = int(options.get("n", 64)), int(options.get("seed", 0)), options.get("split", "test")
+    if kind == "cls":
+        return make_synthetic_classification(n, seed, split, pad_to=options.get("pad_to"))
+    if kind == "mcqa":
+        return make_synthetic_mcqa(n, seed, split)
+    raise BadInputError(f"unknown synthetic text kind {kind!r}", "set task.options.kind to cls or mcqa")

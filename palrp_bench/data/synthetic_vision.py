@@ -26,6 +26,7 @@ import torch
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample, check_generator_args
+from .registry import register_dataset
 
 #: Class index -> name. The class is the object's hue family.
 SYNTHETIC_CLASSES: tuple[str, ...] = ("red", "yellow", "green", "blue")
@@ -169,3 +170,9 @@ def load_tiny_vit(asset_dir: str | Path | None = None) -> torch.nn.Module:
         "crop_pct": 1.0,
     }
     return model.eval()
+
+
+@register_dataset("synthetic_vision")
+def _synthetic_vision_dataset(path, limit, options, tokenizer) -> list[ImageSample]:
+    """``task.dataset=synthetic_vision``: options ``n``, ``seed``, ``split``."""
+    return make_synthetic_vision(int(options.get("n", 64)), int(options.get("seed", 0)), options.get("split", "test"))

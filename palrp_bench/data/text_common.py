@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import BadInputError, MissingDataError
+from ..hub import HUB_PROBE_TIMEOUT, hub_endpoint, hub_offline, hub_reachable  # noqa: F401 (re-exported)
 from .base import TextSample
 
 #: Environment variable naming the folder where dataset files live when a loader gets no ``path``.
@@ -27,7 +26,6 @@ DATA_DIR_ENV = "PALRP_DATA_DIR"
 #: File suffixes read as tables (a split's rows).
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
 #: Seconds to wait for the hub probe before declaring it unreachable.
-HUB_PROBE_TIMEOUT = 4.0
 
 __all__ = [
     "DATA_DIR_ENV", "default_data_dir", "one_line", "check_tokenizer", "check_max_length", "encode_with_bos",
@@ -240,32 +238,6 @@ def iter_local_records(path: str | Path, split: str, columns: Sequence[str], *, 
 
 
 # ----------------------------------------------------------------------------------------------- the hub
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def hub_offline() -> bool:
-    """True when the user asked for offline mode (``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE``)."""
-    return _truthy(os.environ.get("HF_DATASETS_OFFLINE")) or _truthy(os.environ.get("HF_HUB_OFFLINE"))
-
-
-def hub_endpoint() -> str:
-    """The hub address the libraries use (``HF_ENDPOINT`` or huggingface.co)."""
-    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-
-
-def hub_reachable(endpoint: str | None = None, timeout: float = HUB_PROBE_TIMEOUT) -> bool:
-    """One short HEAD request to the hub (honours proxy variables); any HTTP answer counts as reachable."""
-    request = urllib.request.Request(endpoint or hub_endpoint(), method="HEAD")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def load_hub_dataset(name: str, config: str | None = None, *, split: str | None = None, streaming: bool = False,
                      what: str, how_to_get: str):
     """``datasets.load_dataset(name, config, split=..., streaming=...)`` that never hangs on a dead network.
@@ -274,7 +246,7 @@ def load_hub_dataset(name: str, config: str | None = None, *, split: str | None 
     answer, or loading fails for any network/file reason, a one-line :class:`MissingDataError` is raised
     whose fix names ``how_to_get`` (e.g. "download X and pass path=...").
     """
-    offline = hub_offline()
+    offline = hub_offline("dataset")
     if not offline and not hub_reachable():
         raise MissingDataError(f"cannot reach the Hugging Face hub ({hub_endpoint()}) to load {name}",
                                f"{how_to_get}; or set HF_DATASETS_OFFLINE=1 to use a cached copy")

@@ -23,6 +23,7 @@ from ..errors import BadInputError
 from .base import TextSample
 from .text_common import (check_max_length, check_tokenizer, check_unique_ids, encode_with_bos, hub_records,
                           iter_local_records, load_hub_dataset)
+from .registry import register_dataset
 
 HF_NAME = "wikimedia/wikipedia"
 HF_CONFIG = "20231101.en"
@@ -67,3 +68,9 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
                                         "n_tokens": len(ids), "n_pad": 0, "truncated": truncated}))
     check_unique_ids(samples, "Wikipedia")
     return samples
+
+
+@register_dataset("wikipedia")
+def _wikipedia_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+    """``task.dataset=wikipedia``: option ``max_length``."""
+    return load_wikipedia(tokenizer, path=path, limit=limit, max_length=int(options.get("max_length", WIKI_MAX_LENGTH)))

@@ -62,14 +62,15 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import BadInputError, UnsupportedModelError
+from ..metrics.auc import NLP_FRACTIONS
+from ..protocol import check_protocol
 
 __all__ = [
     "PerturbationTask",
     "PerturbationSettings",
     "TASKS",
     "VARIANTS",
-    "PROTOCOLS",
-    "OFFICIAL_FRACTIONS",
+    "NLP_FRACTIONS",
     "nlp_perturbation_curves",
     "resolve_settings",
     "resolve_unk_id",
@@ -78,11 +79,8 @@ __all__ = [
     "readout_logits",
 ]
 
-#: The 11 fractions exactly as the official code builds them (``np.linspace(0., 1., 11)``; see module docstring).
-OFFICIAL_FRACTIONS: np.ndarray = np.linspace(0.0, 1.0, 11)
 #: Curve variants in the returned dictionary.
 VARIANTS: tuple[str, str] = ("generation", "pruning")
-PROTOCOLS: tuple[str, str] = ("official", "corrected")
 
 
 @dataclass(frozen=True)
@@ -137,8 +135,7 @@ def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool | No
                      exclude_padding: bool | None = None, keep_bos: bool | None = None,
                      restore_id0_tokens: bool | None = None) -> PerturbationSettings:
     """Fill unset switches from ``protocol`` (official: as the official code ran; corrected: all fixes on)."""
-    if protocol not in PROTOCOLS:
-        raise BadInputError(f"unknown protocol {protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
+    protocol = check_protocol(protocol)
     official = protocol == "official"
     if causal is None:
         causal = task.official_causal if official else True
@@ -181,7 +178,7 @@ def resolve_unk_id(unk_id: int | None = None, tokenizer=None) -> int:
 
 def tokens_per_step(n_replaceable: int) -> np.ndarray:
     """``n = ceil(f * N)`` for the 11 official fractions (int64 array of length 11)."""
-    return np.array([int(np.ceil(f * n_replaceable)) for f in OFFICIAL_FRACTIONS], dtype=np.int64)
+    return np.array([int(np.ceil(f * n_replaceable)) for f in NLP_FRACTIONS.grid], dtype=np.int64)
 
 
 def perturbation_orders(scores: np.ndarray, task: PerturbationTask) -> tuple[np.ndarray, np.ndarray]:
@@ -393,7 +390,7 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
 
     Returns:
         ``{"generation": {"ac": A, "mse": M}, "pruning": {"ac": A, "mse": M}}`` with numpy float64 arrays of
-        shape ``[B, 11]``: step ``k`` is fraction ``k / 10`` (:data:`OFFICIAL_FRACTIONS`). Generation step 0 is
+        shape ``[B, 11]``: step ``k`` is fraction ``k / 10`` (:data:`~palrp_bench.metrics.auc.NLP_FRACTIONS`). Generation step 0 is
         the all-UNK input and step 10 the original; pruning step 0 is the original.
     """
     spec = _task(task)
@@ -440,8 +437,8 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
         first = len(rows)
         sample_rows = [ids[b].unsqueeze(0), generation, pruning]
         rows.extend(torch.cat(sample_rows, dim=0))
-        row_masks.extend(real[b].unsqueeze(0).expand(1 + 2 * len(OFFICIAL_FRACTIONS), -1))
-        steps = len(OFFICIAL_FRACTIONS)
+        row_masks.extend(real[b].unsqueeze(0).expand(1 + 2 * len(NLP_FRACTIONS.x), -1))
+        steps = len(NLP_FRACTIONS.x)
         plans.append(_SamplePlan(first, list(range(first + 1, first + 1 + steps)),
                                  list(range(first + 1 + steps, first + 1 + 2 * steps)),
                                  None if tracked is None else int(tracked[b])))
@@ -457,8 +454,8 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
     logits = unique_logits[inverse].double()
 
     num_classes = logits.shape[1]
-    curves = {variant: {"ac": np.empty((batch, len(OFFICIAL_FRACTIONS))),
-                        "mse": np.empty((batch, len(OFFICIAL_FRACTIONS)))} for variant in VARIANTS}
+    curves = {variant: {"ac": np.empty((batch, len(NLP_FRACTIONS.x))),
+                        "mse": np.empty((batch, len(NLP_FRACTIONS.x)))} for variant in VARIANTS}
     for b, plan in enumerate(plans):
         y0 = logits[plan.original_row]
         target = int(torch.argmax(y0)) if plan.tracked is None else plan.tracked

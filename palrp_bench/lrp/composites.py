@@ -12,6 +12,11 @@ forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
   the head and MLP linears (gamma=0.05) and on the patch-embedding conv (gamma=100), epsilon on the attention
   projections, std-constant LayerNorm, identity GELU, only the value path inside attention with half of the
   attention-branch relevance.
+* ``attnlrp_gamma`` -- AttnLRP with the official vision gamma rules on the linears and the patch conv (the AttnLRP
+  authors' own ViT recipe also puts gamma rules on ViT linears and the patch conv to reduce noise).
+
+Linear-layer roles (``linear_gamma`` keys) are named by the twins (a ViT has ``patch_embed``, ``qkv``,
+``attn_out``, ``mlp``, ``head``); a twin refuses a composite naming a role it does not have.
 """
 from __future__ import annotations
 
@@ -61,7 +66,9 @@ OFFICIAL_VIT = Composite("official_vit", activation="identity", norm="identity",
                          attn_weights_share=0.0, attn_value_share=0.5, attn_qk_share=0.5,
                          linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})
 
-COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT)}
+ATTNLRP_GAMMA = Composite("attnlrp_gamma", linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})
+
+COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT, ATTNLRP_GAMMA)}
 
 
 def register_composite(composite: Composite) -> Composite:

@@ -5,15 +5,16 @@
 * :mod:`.perturbation` -- vision pixel order (documented tie-break), removal masks, x100 AUC (section 3).
 * :mod:`.segmentation` -- pixel accuracy, mIoU, mAP with dataset pooling and a streaming accumulator (section 4).
 * :mod:`.share`        -- Appendix F positional share of the total relevance.
-* :mod:`.registry`     -- every metric's direction (higher_is_better), convention and description.
+* :mod:`.registry`     -- every table metric's direction, convention, inputs and function (registered by the
+  module that defines the function).
+* :mod:`.table`        -- per-sample rows -> ``metrics.csv`` (the one path to table numbers).
 * :mod:`.maps`         -- per-image min-max normalisation shared by the vision metrics.
 """
 from .nlp import au_mse, auac
 from .perturbation import perturbation_auc, perturbation_masks, pixel_order
-from .registry import HIGHER_IS_BETTER, METRICS, get_metric, higher_is_better
+from .registry import METRICS, get_metric, higher_is_better, metric_specs
 from .segmentation import SegmentationAccumulator, segmentation_scores
 from .share import positional_share
 
 __all__ = ["auac", "au_mse", "perturbation_auc", "pixel_order", "perturbation_masks", "segmentation_scores",
-           "SegmentationAccumulator", "positional_share", "HIGHER_IS_BETTER", "METRICS", "get_metric",
-           "higher_is_better"]
+           "SegmentationAccumulator", "positional_share", "METRICS", "get_metric", "higher_is_better", "metric_specs"]

@@ -24,12 +24,20 @@ class AucConvention:
     def grid(self) -> np.ndarray:
         return np.asarray(self.x, dtype=np.float64)
 
+    @property
+    def labels(self) -> tuple[float, ...]:
+        """The grid as stored in the ``step`` column of result rows (rounded to 10 decimals: 0.3, not
+        0.30000000000000004)."""
+        return tuple(round(float(v), 10) for v in self.x)
+
     def describe(self) -> str:
         return f"{self.name}: trapezoid over x={self.x[0]:g}..{self.x[-1]:g} ({len(self.x)} points) x{self.scale:g}"
 
 
-#: NLP generation / pruning curves, PROTOCOL.md section 2 (fractions 0, 0.1, ..., 1.0).
-NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(np.round(np.linspace(0.0, 1.0, 11), 10)), 1.0)
+#: NLP generation / pruning curves, PROTOCOL.md section 2: the 11 fractions 0, 0.1, ..., 1.0 exactly as the
+#: official code builds them (``np.linspace(0, 1, 11)``, so 0.30000000000000004: the protocol's token counts
+#: ``ceil(f * N)`` depend on it; see :mod:`palrp_bench.evaluation.nlp_perturbation`).
+NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(float(v) for v in np.linspace(0.0, 1.0, 11)), 1.0)
 #: Vision positive / negative perturbation, PROTOCOL.md section 3 (p = 0.1, ..., 0.9, x100).
 VISION_STEPS = AucConvention("vision_9pt_x100", tuple(np.round(np.linspace(0.1, 0.9, 9), 10)), 100.0)
 

@@ -15,6 +15,7 @@ What exactly each step measures (tracked class, which logits enter the MSE) is t
 from __future__ import annotations
 
 from .auc import NLP_FRACTIONS, area_under_mean_curve, as_curves
+from .registry import MetricSource, MetricSpec, register_metric
 
 __all__ = ["auac", "au_mse"]
 
@@ -36,3 +37,11 @@ def au_mse(mse_curves) -> float:
     :func:`auac` (trapezoid of the NaN-ignoring sample mean); unscaled.
     """
     return area_under_mean_curve(as_curves(mse_curves, NLP_FRACTIONS, "mse_curves"), NLP_FRACTIONS)
+
+
+register_metric(MetricSpec("auac", True, NLP_FRACTIONS.describe() + " of the sample-mean curve",
+                           "area under the accuracy (tracked-class probability) curve", "2", "",
+                           ("generation", "pruning"), (MetricSource(("ac",)),), auac, curve=True))
+register_metric(MetricSpec("au_mse", False, NLP_FRACTIONS.describe() + " of the sample-mean curve",
+                           "area under the squared-logit-change curve", "2", "", ("generation", "pruning"),
+                           (MetricSource(("mse",)),), au_mse, curve=True))

@@ -25,10 +25,13 @@ cut, so they pin the protocol independent of the tie-break.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 
 from .auc import VISION_STEPS, area_under_mean_curve, as_curves
 from .maps import as_map_batch, minmax_per_image
+from .registry import MetricSource, MetricSpec, register_metric
 
 __all__ = ["VISION_FRACTIONS", "step_pixel_counts", "perturbation_auc", "pixel_order", "pixel_ranks",
            "perturbation_masks"]
@@ -91,3 +94,15 @@ def perturbation_masks(maps: torch.Tensor, positive: bool,
     counts = torch.tensor(step_pixel_counts(height * width, fractions), device=ranks.device)
     removed = ranks[:, None, :] < counts[None, :, None]
     return removed.reshape(batch, len(fractions), height, width)
+
+
+#: positive perturbation removes the most relevant pixels first (lower is better), negative the least (higher)
+_DIRECTION = MappingProxyType({"positive": False, "negative": True})
+
+register_metric(MetricSpec("auc_predicted", _DIRECTION, VISION_STEPS.describe() + " of the sample-mean curve",
+                           "pixel perturbation, map of the predicted class, agreement with the original prediction",
+                           "3", "%", ("positive", "negative"), (MetricSource(("agreement",)),), perturbation_auc,
+                           curve=True))
+register_metric(MetricSpec("auc_target", _DIRECTION, VISION_STEPS.describe() + " of the sample-mean curve",
+                           "pixel perturbation, map of the ground-truth class, top-1 accuracy", "3", "%",
+                           ("positive", "negative"), (MetricSource(("accuracy",)),), perturbation_auc, curve=True))

@@ -37,6 +37,7 @@ import torch
 
 from ..errors import BadInputError
 from .maps import as_map_batch, minmax_per_image
+from .registry import MetricSource, MetricSpec, register_metric
 
 __all__ = ["THRESHOLDS", "average_precision", "otsu_threshold", "SegmentationCounts", "segmentation_counts",
            "pixel_accuracy", "mean_iou", "mean_average_precision", "pooled_scores", "segmentation_scores",
@@ -277,3 +278,18 @@ class SegmentationAccumulator:
 
     def result(self) -> dict:
         return pooled_scores(self.counts)
+
+
+_POOLED = "dataset-pooled pixel counts (sum over images, then ratio), x100"
+_VARIANTS = tuple(f"{t}_threshold" for t in THRESHOLDS)
+
+register_metric(MetricSpec("pixel_accuracy", True, _POOLED, "segmentation pixel accuracy of the thresholded map",
+                           "4", "%", _VARIANTS, (MetricSource(("pix_correct", "pix_labeled")),),
+                           lambda c: pixel_accuracy(c[..., 0], c[..., 1])))
+register_metric(MetricSpec("miou", True, _POOLED + "; mean over {background, foreground}",
+                           "segmentation mean intersection over union", "4", "%", _VARIANTS,
+                           (MetricSource(("inter_bg", "inter_fg", "union_bg", "union_fg")),),
+                           lambda c: mean_iou(c[..., 0:2], c[..., 2:4])))
+register_metric(MetricSpec("map", True, "mean over images of the per-image 2-channel average precision, x100",
+                           "segmentation mean average precision of the soft map (computed, not in the paper)", "4",
+                           "%", _VARIANTS, (MetricSource(("ap",)),), lambda c: mean_average_precision(c[..., 0])))

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import BadInputError
+from .registry import MetricSource, MetricSpec, register_metric
 
 __all__ = ["relevance_totals", "positional_share", "pooled_positional_share", "map_share",
            "positional_share_of_explanation"]
@@ -126,3 +127,12 @@ def positional_share_of_explanation(explanation, include_cls: bool = False, use_
                                 "explain with a DeiT twin that reports extras['cls_semantic'/'cls_positional']"
                                 ) from None
     return positional_share(explanation.semantic, explanation.positional, cls_terms, use_abs)
+
+
+register_metric(MetricSpec(
+    "positional_share_percent", None, "100 * P / (S + P) of signed relevance sums, pooled over images",
+    "share of the input relevance absorbed by the positional encoding (Appendix F); variant with_cls adds the CLS "
+    "terms the official aggregation drops", "6", "%", ("all", "with_cls"),
+    (MetricSource(("relevance_semantic", "relevance_positional"), "all", "all"),
+     MetricSource(("relevance_semantic_with_cls", "relevance_positional_with_cls"), "with_cls", "all")),
+    lambda c: pooled_positional_share(c[..., 0], c[..., 1])))

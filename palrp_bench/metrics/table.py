@@ -1,7 +1,7 @@
 """Per-sample rows -> the final table numbers (``metrics.csv``): the one path from curves and counts to a table.
 
 For every cell of a tidy results frame (``palrp_bench.rundir.RESULT_COLUMNS``) and every table metric of
-:data:`~palrp_bench.metrics.registry.METRICS` its rows support, :func:`metric_samples` gathers the per-sample
+:func:`~palrp_bench.metrics.registry.metric_specs` its rows support, :func:`metric_samples` gathers the per-sample
 components (the steps of a curve, or the scalar counts of a pooled metric) and :func:`table_metrics` computes
 
 * ``value``: the metric's own function of this package on the retained samples (``MetricSpec.compute``: AUAC is
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..rundir import CELL_COLUMNS, METRIC_COLUMNS, NONFINITE_METRIC
-from .registry import EACH_VARIANT, METRICS, MetricSpec
+from .registry import EACH_VARIANT, MetricSpec, metric_specs
 
 __all__ = ["MetricSamples", "metric_samples", "confidence_interval", "table_metrics", "INTERVAL_METHOD"]
 
@@ -114,7 +114,7 @@ def metric_samples(results: pd.DataFrame) -> list[MetricSamples]:
         cell = dict(zip(CELL_COLUMNS, key))
         cell["rules"] = ",".join(sorted({r for r in cell_df["rules"] if r}))
         n_bad = int(cell_df.loc[cell_df["metric"] == NONFINITE_METRIC, "sample_id"].nunique())
-        for spec in METRICS.values():
+        for spec in metric_specs().values():
             for source in spec.sources:
                 rows = cell_df[cell_df["metric"].isin(source.inputs)]
                 if source.raw_variant is not None:

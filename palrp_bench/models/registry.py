@@ -4,16 +4,24 @@ A *twin* is our LRP-aware forward of one architecture family. It reuses the load
 linear projections (so bitsandbytes 4-bit layers work unchanged) and re-implements only the wiring (attention,
 positional encoding, norms, activations, residuals) with the rules of :mod:`palrp_bench.lrp.rules`.
 
-Each twin class provides::
+Each twin class provides (the explanation protocol :func:`palrp_bench.explain` drives)::
 
-    @classmethod
-    def supports(cls, model) -> bool             # is this library model object one of ours?
-    def __init__(self, model)                    # wraps it (never modifies it)
-    default_composite(protocol) -> str            # e.g. "attnlrp" (LLaMA), "official_vit" (DeiT, official)
-    explain(inputs, *, method, composite, target, aggregation, attention_mask=None, **options) -> Explanation
+    family() -> str                                   # what it covers (for error messages)
+    supports(model) -> bool                           # is this library model object one of ours?
+    __init__(model)                                   # wraps it (never modifies it)
+    modality: "tokens" | "pixels"; starting_relevance: "logit" | "unit"; default_composite: str
+    positional: a kind of palrp_bench.lrp.positional
+    prepare(inputs, attention_mask) -> inputs record  # validated, on the model's device
+    run(inputs, composite, *, positional_sinks, **options) -> forward record with .logits and .sinks
+    summarize(inputs, attribution) -> dict            # semantic / positional parts
+
+Every module of this package is imported when the registry is first used, so a new family (one module with its
+spec or twin class) needs no edit anywhere else. Modules must stay cheap to import (library imports inside
+functions).
 """
 from __future__ import annotations
 
+from ..discovery import import_package_modules
 from ..errors import UnsupportedModelError
 
 TWINS: list[type] = []
@@ -25,21 +33,17 @@ def register_twin(cls: type) -> type:
     return cls
 
 
+def discover() -> None:
+    """Import every module of ``palrp_bench.models`` once (their decorators register twins and specs)."""
+    import_package_modules(__package__)
+
+
 def twin_for(model):
     """Return the twin wrapping ``model``, or raise a one-line :class:`UnsupportedModelError`."""
-    _import_builtin_twins()
+    discover()
     for cls in TWINS:
         if cls.supports(model):
             return cls(model)
-    supported = ", ".join(getattr(c, "family", c.__name__) for c in TWINS)
+    supported = "; ".join(cls.family() for cls in TWINS)
     raise UnsupportedModelError(f"no LRP twin for model class {type(model).__name__}",
                                 f"supported families: {supported}")
-
-
-def _import_builtin_twins() -> None:
-    # Imported lazily so that importing palrp_bench stays light.
-    from . import llama  # noqa: F401
-    try:
-        from . import deit  # noqa: F401
-    except ImportError:  # pragma: no cover - deit.py needs timm, a core dependency
-        pass

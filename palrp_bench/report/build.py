@@ -1,7 +1,6 @@
 """Build the full report of one or more runs: tables (Markdown + LaTeX + CSV), paired tests, plots.
 
-Input: run directories (their ``results.csv`` and ``metrics.csv``; the shard stores are merged first if the CSV is
-missing) or tidy CSV files (the table numbers are then computed from them with
+Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV files (the table numbers are then computed from them with
 :func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them). Output in ``out_dir``
 (default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``, ``paired.csv``,
 ``curves_*.png`` and ``gallery_*.png``.
@@ -15,7 +14,7 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import metric_samples, table_metrics
-from ..rundir import METRICS_CSV
+from ..rundir import METRICS_CSV, RESULTS_CSV
 from .published import load_published
 from .tables import (comparison_frame, comparison_latex, comparison_markdown, paired_frame, paired_latex,
                      paired_markdown, reproduced_frame)
@@ -42,15 +41,13 @@ def _read_inputs(paths: list[Path], confidence: float, n_boot: int) -> tuple[pd.
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            csv = path / "results.csv"
+            csv = path / RESULTS_CSV
             if not csv.exists():
                 if (path / "cells").is_dir():
-                    from ..runner.merge import merge_run
-
-                    merge_run(path)
-                else:
-                    raise MissingDataError(f"{path} is not a palrp-bench run directory (no results.csv, no cells/)",
-                                           "pass a run_dir printed by palrp-bench, or a results.csv")
+                    raise MissingDataError(f"{path} has stored results but no {RESULTS_CSV} yet (an interrupted run)",
+                                           f"merge it with: palrp-bench mode=report run_dir={path}")
+                raise MissingDataError(f"{path} is not a palrp-bench run directory (no {RESULTS_CSV}, no cells/)",
+                                       "pass a run_dir printed by palrp-bench, or a results.csv")
             run_dirs.append(path)
         elif path.is_file():
             csv = path
@@ -77,7 +74,7 @@ def _option(cfg, name: str, default):
 
 def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> ReportResult:
     """Tables, paired comparisons and plots of the runs / CSVs in ``paths`` under ``report_cfg``
-    (:class:`~palrp_bench.runner.schema.ReportConfig` or anything with the same attributes)."""
+    (:class:`~palrp_bench.schema.ReportConfig` or anything with the same attributes)."""
     confidence = float(_option(report_cfg, "confidence", 0.95))
     n_boot = int(_option(report_cfg, "n_boot", 1000))
     gallery = list(_option(report_cfg, "gallery_ids", []) or [])

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..runner.store import ExplanationCache
-
-_CURVE_METRICS = ("ac", "mse", "agreement", "accuracy")
+from ..metrics.registry import curve_inputs
+from ..rundir import explanation_file, read_explanation
 
 
 def _mpl():
@@ -39,7 +38,7 @@ def plot_curves(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    curves = df[df["metric"].isin(_CURVE_METRICS)]
+    curves = df[df["metric"].isin(curve_inputs())]
     for (run, model, task, metric, variant), sub in curves.groupby(["run", "model", "task", "metric", "variant"]):
         fig, ax = plt.subplots(figsize=(4.5, 3.2))
         for method, mdf in sub.groupby("method", sort=True):
@@ -100,8 +99,7 @@ def gallery_ids(cell_dirs: dict[str, Path], wanted: list[str] | None, k: int = 4
     """The sample ids of a gallery: those of ``wanted`` that some method cached (if given), else the first ``k``
     ids cached by every method."""
     if wanted:
-        return [sid for sid in wanted
-                if any(ExplanationCache(c / "explanations").path_for(sid).exists() for c in cell_dirs.values())]
+        return [sid for sid in wanted if any(explanation_file(c, sid).exists() for c in cell_dirs.values())]
     common = None
     for cdir in cell_dirs.values():
         ids = set()
@@ -128,7 +126,7 @@ def plot_gallery(run_dir: Path, model: str, task: str, out_dir: Path, wanted: li
     for i, sid in enumerate(ids):
         for j, method in enumerate(methods):
             ax = axes[i][j]
-            arrays = ExplanationCache(cell_dirs[method] / "explanations").load(sid)
+            arrays = read_explanation(explanation_file(cell_dirs[method], sid))
             if arrays is None or "scores" not in arrays:
                 ax.text(0.5, 0.5, "not cached", ha="center", fontsize=7)
                 ax.axis("off")

@@ -26,14 +26,13 @@ def direction(metric: str, variant: str, published_hib=None) -> bool | None:
     """higher-is-better of a metric/variant: the published CSV's, else the metric registry's, else None."""
     if isinstance(published_hib, (bool, np.bool_)):
         return bool(published_hib)
-    try:
-        from ..metrics.registry import METRICS, higher_is_better
+    from ..metrics.registry import metric_specs
 
-        if metric in METRICS:
-            return higher_is_better(metric, variant)
-    except Exception:  # noqa: BLE001 - unknown variant of a registered metric: no direction
+    spec = metric_specs().get(metric)
+    if spec is None:
         return None
-    return None
+    hib = spec.higher_is_better
+    return hib.get(variant) if hasattr(hib, "get") else hib
 
 
 def reproduced_frame(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -17,17 +17,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import PalrpError
 from .devices import resolve_devices
-from .execute import JobReport, write_json_atomic
+from ..atomic_io import write_json_atomic
+from ..rundir import RESULTS_CSV
+from ..schema import Mode
+from .execute import JobReport
 from .merge import MergeOutcome, merge_run
 from .plan import Cell, Job, plan_cells, plan_jobs
 from .preflight import check_requirements
-from .schema import Family, Mode
 from .workers import run_jobs
 
 log = logging.getLogger("palrp_bench.runner")
-
-#: model families that never need the network (the embedded default runs with the hub switched off)
-OFFLINE_FAMILIES = (Family.selftest, Family.tiny_text, Family.tiny_vit)
 
 
 @dataclass
@@ -64,11 +63,14 @@ def _what(cfg: DictConfig, cells: list[Cell]) -> str:
 
 
 def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
-    """Execute ``cfg`` (a composed :class:`~palrp_bench.runner.schema.PalrpConfig`)."""
+    """Execute ``cfg`` (a composed :class:`~palrp_bench.schema.PalrpConfig`)."""
     mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
     run_dir = Path(cfg.run_dir)
     if mode == Mode.report:
         from ..report.build import build_report
+
+        if (run_dir / "cells").is_dir() and not (run_dir / RESULTS_CSV).exists():
+            merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))  # an interrupted run
 
         result = build_report([run_dir], cfg.report)
         print(result.text, file=out)
@@ -79,7 +81,9 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     if mode == Mode.plan:
         print(describe_plan(jobs, cfg.experiment), file=out)
         return RunOutcome(run_dir, cells, jobs, [], None, "")
-    if all(c.model.family in OFFLINE_FAMILIES for c in cells):
+    from ..models.loading import OFFLINE_LOADERS
+
+    if all(c.model.loader in OFFLINE_LOADERS for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
         os.environ["TQDM_DISABLE"] = "1"

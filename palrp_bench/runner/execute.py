@@ -17,14 +17,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..atomic_io import write_json_atomic  # noqa: F401  (re-exported for runner modules)
+from ..atomic_io import write_json_atomic
 from ..errors import BadInputError
+from ..evaluation.tasks import task_adapter
 from .bundles import BundleCache
 from .plan import Job
 from .selection import select_samples
 from .sharding import batches, shard_of
-from .store import ExplanationCache, ShardStore, encode_record, stored_protocols
-from .tasks import JobContext, adapter_for
+from .store import ExplanationCache, ShardStore, encode_record, stored_metrics
 
 log = logging.getLogger("palrp_bench.runner")
 
@@ -127,17 +127,17 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         write_json_atomic(status_path, status)
         seed_everything(job.cell.seed)
         cell_dir = job.cell.directory(run_dir)
-        adapter = adapter_for(job.cell.task.kind)
+        adapter = task_adapter(job.cell.task.kind)
         bundle = bundles.get(job.cell.model, device)
-        cache = ExplanationCache(cell_dir / "explanations") if job.cache_explanations else None
-        ctx = JobContext(job.cell, device, cache, job.forward_batch_size)
+        cache = ExplanationCache(cell_dir) if job.cache_explanations else None
+        ctx = job.cell.context(device, cache, job.forward_batch_size)
         pool = adapter.load_samples(job.cell.task, bundle)
         selected = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples)
         order = {s.sample_id: i for i, s in enumerate(selected)}
         mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
-        done = stored_protocols(cell_dir)
+        done = stored_metrics(cell_dir)
         wanted = set(job.cell.metrics)
-        todo: dict[tuple[str, ...], list] = {}  # missing protocols -> samples (dataset order)
+        todo: dict[tuple[str, ...], list] = {}  # missing metrics -> samples (dataset order)
         for s in mine:
             missing = tuple(sorted(wanted - done.get(s.sample_id, set())))
             if missing:
@@ -151,17 +151,17 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         progress = _Progress(job, n_todo, quiet, log_every, position)
         try:
             with ShardStore(job.store_path(run_dir)) as store:
-                for protocols, samples in todo.items():
+                for metrics, samples in todo.items():
                     for batch in batches(samples, job.batch_size):
-                        results = adapter.evaluate(bundle, list(batch), ctx, protocols)
+                        results = adapter.evaluate(bundle, list(batch), ctx, metrics)
                         if [r.sample_id for r in results] != [s.sample_id for s in batch]:
-                            raise RuntimeError(f"task adapter for {job.cell.task.kind.value} returned results out "
+                            raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
                                                "of order or incomplete")  # a programming error, not a user one
                         for result in results:
                             if cache is not None and result.explanation is not None:
                                 cache.save(result.sample_id, result.explanation)
                             store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
-                                                       result.info, protocols))
+                                                       result.info, metrics))
                             report.n_computed += 1
                             report.n_nonfinite += int(result.nonfinite)
                             if result.nonfinite:

@@ -24,9 +24,9 @@ import pandas as pd
 from ..errors import MissingDataError
 from ..metrics.table import table_metrics
 from ..rundir import MANIFEST_JSON, METRIC_COLUMNS, METRICS_CSV, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV
-from .execute import write_json_atomic
+from ..atomic_io import write_json_atomic
 from .manifest import environment
-from .store import decode_rows, iter_cell_records
+from .store import decode_rows, iter_cell_records, record_metrics
 
 
 @dataclass
@@ -75,7 +75,7 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
         frame["run"] = run_id
         frames.append(frame[RESULT_COLUMNS])
         cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],
-                      "protocols": sorted({p for r in records for p in r.get("protocols", ())}),
+                      "metrics": sorted({m for r in records for m in record_metrics(r)}),
                       "settings": cell["settings"], "n_samples": len({r["sample_id"] for r in records}),
                       "n_nonfinite": n_nonfinite, "shards": shards})
     if frames:

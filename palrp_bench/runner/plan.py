@@ -1,7 +1,6 @@
 """From the config to the job list (DESIGN.md "Data flow of one run": config -> model x task x method x shard).
 
-A *cell* is one (model, task, method) with the evaluation protocols it runs and the settings that change its
-numbers. A *job* is one shard of a cell. Cells come from the experiment (``experiment=table1``); ``model=``,
+A *cell* is one (model, task, method) with the metrics it evaluates and the settings that change its numbers. A *job* is one shard of a cell. Cells come from the experiment (``experiment=table1``); ``model=``,
 ``task=``, ``method=`` and ``metric=`` on the command line either name a single cell (all of model, task and
 method given) or filter the experiment's cells.
 """
@@ -15,9 +14,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from .. import catalog
 from ..errors import BadInputError
-from . import catalog
-from .schema import ModelConfig, TaskConfig
+from ..rundir import cell_directory
+from ..schema import ModelConfig, TaskConfig
 from .sharding import check_shard
 from .store import store_name
 
@@ -55,13 +55,21 @@ class Cell:
         return f"{self.model.name}/{self.task.name}/{self.method}"
 
     def directory(self, run_dir: Path) -> Path:
-        return Path(run_dir) / "cells" / self.model.name / self.task.name / self.method
+        return cell_directory(run_dir, self.model.name, self.task.name, self.method)
+
+    def context(self, device: str, cache, forward_batch_size: int):
+        """The :class:`~palrp_bench.evaluation.tasks.base.JobContext` task adapters receive."""
+        from ..evaluation.tasks.base import JobContext
+
+        return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
+                          protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
+                          forward_batch_size=forward_batch_size)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
         refused). Left out on purpose, because they never change a sample's numbers: which samples are evaluated
-        (pool size, selection count, ``max_samples``, sharding), the batch sizes, and which evaluation protocols
-        run (a later run may add protocols to a cell; each sample's stored record says which it covers)."""
+        (pool size, selection count, ``max_samples``, sharding), the batch sizes, and which metrics are evaluated
+        (a later run may add metrics to a cell; each sample's stored record says which it covers)."""
         model = _plain(self.model)
         model.pop("paper_name", None)
         task = _plain(self.task)
@@ -117,8 +125,11 @@ def _metric_applies(metric: str, task: TaskConfig) -> bool:
 
 def plan_cells(cfg: DictConfig) -> list[Cell]:
     """The cells of this invocation (see the module docstring), validated: every name exists, every metric
-    applies to its task, the rules override is a known composite."""
+    applies to its task, the rules override is a known composite, the model loader and the task kind are
+    registered."""
+    from ..evaluation.tasks import task_kinds
     from ..methods.registry import get_method
+    from ..models.loading import LOADERS
 
     chosen = {g: cfg[g].name for g in ("model", "task", "method") if cfg.get(g) is not None}
     metric_choice = cfg.metric.name if cfg.get("metric") is not None else None
@@ -152,11 +163,17 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
         model = _to_object(model, ModelConfig)
         task = _to_object(task, TaskConfig)
         get_method(method_name)
+        if model.loader not in LOADERS:
+            raise BadInputError(f"unknown model loader {model.loader!r} (model {model.name})",
+                                f"set model.loader to one of: {', '.join(sorted(LOADERS))}")
+        if task.kind not in task_kinds():
+            raise BadInputError(f"unknown task kind {task.kind!r} (task {task.name})",
+                                f"set task.kind to one of: {', '.join(task_kinds())}")
         metrics = tuple(block_metrics) or tuple(task.metrics)
         for metric in metrics:
             catalog.check_name("metric", metric)
             if not _metric_applies(metric, task):
-                raise BadInputError(f"metric {metric!r} does not apply to task {task.name!r} ({task.kind.value})",
+                raise BadInputError(f"metric {metric!r} does not apply to task {task.name!r} ({task.kind})",
                                     "remove it from the experiment / task metrics")
         if metric_choice is not None:
             catalog.check_name("metric", metric_choice)

@@ -11,13 +11,12 @@ name for DeiT).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..errors import MissingDataError
+from ..hub import hub_cached, hub_offline
 from .devices import DevicePlan
 from .plan import Cell
-from .schema import Family
 
 #: how to obtain each dataset (printed once when it is missing)
 DATASET_HINTS = {
@@ -39,28 +38,15 @@ def is_local_path(source: str) -> bool:
     return source.startswith(("/", "./", "../", "~"))
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _hub_cached(repo_id: str, repo_type: str = "model") -> bool:
-    try:
-        from huggingface_hub.constants import HF_HUB_CACHE
-    except ImportError:  # pragma: no cover
-        return False
-    folder = Path(HF_HUB_CACHE) / f"{repo_type}s--{repo_id.replace('/', '--')}"
-    return folder.is_dir() and any((folder / "snapshots").glob("*"))
-
-
 HINT_EMBEDDED = "recreate the embedded assets with scripts/train_tiny_text.py / scripts/train_tiny_vit.py"
 
 
 def _embedded_assets(model) -> list[Path]:
-    if model.family == Family.tiny_text:
+    if model.loader == "embedded_text":
         from ..data.synthetic_text import ASSET_DIR
 
         return [ASSET_DIR / model.source / "model.safetensors", ASSET_DIR / "tokenizer" / "tokenizer.json"]
-    if model.family == Family.tiny_vit:
+    if model.loader == "embedded_vit":
         from ..data.synthetic_vision import tiny_vit_paths
 
         return list(tiny_vit_paths())
@@ -71,10 +57,10 @@ def _model_missing(cell: Cell) -> list[tuple[str, str]]:
     model = cell.model
     missing = [(f"embedded asset {path} ({model.name})", HINT_EMBEDDED)
                for path in _embedded_assets(model) if not path.is_file()]
-    if model.family == Family.deit and model.checkpoint is not None:
+    if model.loader == "timm" and model.checkpoint is not None:
         if not Path(model.checkpoint).expanduser().is_file():
             missing.append((f"checkpoint {model.checkpoint} ({model.name})", HINT_CHECKPOINT))
-    elif model.family in (Family.llama, Family.deit):
+    elif model.loader in ("hf", "timm"):
         sources = [model.source] + ([model.tokenizer] if model.tokenizer else [])
         for source in sources:
             if is_local_path(source):
@@ -83,8 +69,8 @@ def _model_missing(cell: Cell) -> list[tuple[str, str]]:
                     missing.append((f"{'finetuned weights' if finetuned else 'checkpoint'} {source} ({model.name})",
                                     HINT_WEIGHTS if finetuned else HINT_CHECKPOINT))
             else:
-                repo = f"timm/{source}" if model.family == Family.deit else source
-                if not _hub_cached(repo) and _hub_offline():
+                repo = f"timm/{source}" if model.loader == "timm" else source
+                if not hub_cached(repo) and hub_offline():
                     missing.append((f"hub model {repo} ({model.name})", HINT_HUB))
     return missing
 
@@ -96,7 +82,7 @@ def _data_missing(cell: Cell) -> list[tuple[str, str]]:
             return [(f"dataset file {task.path} ({task.name})", DATASET_HINTS.get(task.dataset, "set task.path"))]
         return []
     repo = HUB_DATASETS.get(task.dataset)
-    if repo is not None and not _hub_cached(repo, "dataset") and _hub_offline():
+    if repo is not None and not hub_cached(repo, "dataset") and hub_offline("dataset"):
         return [(f"hub dataset {repo} ({task.name})", HINT_HUB)]
     return []
 

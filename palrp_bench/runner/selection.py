@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 
 from ..errors import BadInputError
+from ..schema import Selection
 from .plan import Cell, _plain
-from .schema import Selection
 
 log = logging.getLogger(__name__)
 

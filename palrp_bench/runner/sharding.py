@@ -8,17 +8,12 @@ per-sample results are identical for 1 or N shards.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Iterable, Sequence, TypeVar
 
+from ..data.sample_ids import stable_hash
 from ..errors import BadInputError
 
 T = TypeVar("T")
-
-
-def stable_hash(sample_id: str) -> int:
-    """A process-independent 64-bit hash of a sample id (BLAKE2b, first 8 bytes, big-endian)."""
-    return int.from_bytes(hashlib.blake2b(sample_id.encode("utf-8"), digest_size=8).digest(), "big")
 
 
 def shard_of(sample_id: str, n_shards: int) -> int:

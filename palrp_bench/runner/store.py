@@ -3,11 +3,11 @@
 DESIGN.md "Resume": a restarted job skips samples already stored; a killed job never leaves a torn row.
 
 * :class:`ShardStore` appends ONE JSON line per completed sample (all of its result rows at once, with the
-  evaluation protocols they cover) and calls ``fsync`` before the next sample starts. A line is complete iff it
+  metrics they cover) and calls ``fsync`` before the next sample starts. A line is complete iff it
   ends with ``\\n`` (the last byte written), so a process killed mid-write leaves at most an unterminated tail,
   which the next :meth:`ShardStore.open` truncates away (that sample is then recomputed, once). A sample's
   record is thus either fully stored or absent: no torn rows, no half-written samples, no duplicates. A later
-  run that adds a protocol to a cell appends a second record for the new protocol only.
+  run that adds a metric to a cell appends a second record for the new metric only.
 * Only one process may write a shard's file at a time (an exclusive ``flock`` on ``<file>.lock``); a second
   process on the same shard stops with a clear message instead of interleaving lines.
 * :class:`ExplanationCache` keeps each sample's explanation (``.npz``, written to a temporary name then
@@ -16,18 +16,17 @@ DESIGN.md "Resume": a restarted job skips samples already stored; a killed job n
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import math
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from ..errors import BadInputError
+from ..rundir import explanation_file, read_explanation
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,13 @@ def _decode_value(value) -> float:
 
 
 def encode_record(sample_id: str, order: int, rows: Iterable[tuple], info: dict | None = None,
-                  protocols: Iterable[str] = ()) -> dict:
-    """The JSON record of one sample evaluated under ``protocols`` (the cell's metric configs it covers):
+                  metrics: Iterable[str] = ()) -> dict:
+    """The JSON record of one sample evaluated under ``metrics`` (the cell's metric configs it covers):
     ``rows`` are ``(metric, variant, step, value)`` tuples."""
     return {
         "sample_id": sample_id,
         "order": int(order),
-        "protocols": sorted(protocols),
+        "metrics": sorted(metrics),
         "rows": [[str(m), str(v), _encode_value(s), _encode_value(x)] for m, v, s, x in rows],
         "info": info or {},
     }
@@ -93,17 +92,22 @@ def read_records(path: Path) -> list[dict]:
 
 def iter_cell_records(cell_dir: Path) -> Iterator[tuple[Path, dict]]:
     """All records of every shard store of a cell directory (any sharding, any earlier run). A sample can have
-    several records when later runs added evaluation protocols to it."""
+    several records when later runs added metrics to it."""
     for path in sorted(Path(cell_dir).glob(STORE_GLOB)):
         for record in read_records(path):
             yield path, record
 
 
-def stored_protocols(cell_dir: Path) -> dict[str, set[str]]:
-    """For every stored sample id, the evaluation protocols already stored for it (union over all records)."""
+def record_metrics(record: dict) -> list[str]:
+    """The metrics a stored record covers (stores written before the key was renamed call it ``protocols``)."""
+    return list(record.get("metrics", record.get("protocols", ())))
+
+
+def stored_metrics(cell_dir: Path) -> dict[str, set[str]]:
+    """For every stored sample id, the metrics already stored for it (union over all records)."""
     done: dict[str, set[str]] = {}
     for _, record in iter_cell_records(cell_dir):
-        done.setdefault(record["sample_id"], set()).update(record.get("protocols", ()))
+        done.setdefault(record["sample_id"], set()).update(record_metrics(record))
     return done
 
 
@@ -182,26 +186,20 @@ class ShardStore:
             self._lock_file = None
 
 
-def _safe_stem(sample_id: str) -> str:
-    """A file-system-safe, collision-free file stem for a sample id."""
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", sample_id)[:80]
-    digest = hashlib.blake2b(sample_id.encode("utf-8"), digest_size=6).hexdigest()
-    return f"{readable}-{digest}"
-
-
 class ExplanationCache:
-    """Per-sample explanation arrays of one cell (``<cell_dir>/explanations/<id>.npz``)."""
+    """Per-sample explanation arrays of one cell (``<cell_dir>/explanations/<id>.npz``,
+    :func:`palrp_bench.rundir.explanation_file`)."""
 
-    def __init__(self, directory: Path):
-        self.directory = Path(directory)
+    def __init__(self, cell_dir: Path):
+        self.cell_dir = Path(cell_dir)
 
     def path_for(self, sample_id: str) -> Path:
-        return self.directory / f"{_safe_stem(sample_id)}.npz"
+        return explanation_file(self.cell_dir, sample_id)
 
     def save(self, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
         """Store ``arrays`` atomically (temporary file + rename)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         final = self.path_for(sample_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.savez_compressed(f, sample_id=np.array(sample_id), **arrays)
@@ -209,8 +207,4 @@ class ExplanationCache:
 
     def load(self, sample_id: str) -> dict[str, np.ndarray] | None:
         """The cached arrays of ``sample_id``, or None."""
-        path = self.path_for(sample_id)
-        if not path.exists():
-            return None
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files if k != "sample_id"}
+        return read_explanation(self.path_for(sample_id))

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from palrp_bench.runner import catalog
+from palrp_bench import catalog
 from runner.harness import read_results, run_cli
 
 

@@ -80,7 +80,7 @@ def test_unreachable_hub_fails_fast_with_a_one_line_fix(monkeypatch):
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: connection refused at once
-    assert not tc.hub_offline()
+    assert not tc.hub_offline("dataset")
     start = time.perf_counter()
     assert not tc.hub_reachable()
     with pytest.raises(MissingDataError) as err:

@@ -15,7 +15,6 @@ import torch
 
 from palrp_bench.errors import BadInputError, UnsupportedModelError
 from palrp_bench.evaluation.nlp_perturbation import (
-    OFFICIAL_FRACTIONS,
     TASKS,
     nlp_perturbation_curves,
     perturbation_orders,
@@ -24,6 +23,7 @@ from palrp_bench.evaluation.nlp_perturbation import (
     resolve_unk_id,
     tokens_per_step,
 )
+from palrp_bench.metrics.auc import NLP_FRACTIONS
 from palrp_bench.metrics.nlp import au_mse, auac
 
 NLP = Path(__file__).resolve().parents[1] / "data" / "official" / "nlp"
@@ -146,7 +146,7 @@ def test_tokens_per_step_follows_the_official_float_fractions():
     assert tokens_per_step(10).tolist() == [0, 1, 2, 4, 4, 5, 7, 8, 8, 9, 10]
     assert tokens_per_step(7).tolist() == [0, 1, 2, 3, 3, 4, 5, 5, 6, 7, 7]
     assert tokens_per_step(1).tolist() == [0] + [1] * 10
-    assert OFFICIAL_FRACTIONS[3] > 0.3
+    assert NLP_FRACTIONS.grid[3] > 0.3
 
 
 def test_orders_hand_built():

@@ -7,13 +7,13 @@ import torch
 
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import get_composite
-from palrp_bench.models import llama as llama_module
-from palrp_bench.models.llama import LlamaTwin
+from palrp_bench.lrp.positional import RoPE
+from palrp_bench.models.decoder import DecoderTwin
 from models.tiny_llama import make_llama, random_ids
 
 
 def ledger(model, ids, mask, composite, positional_sinks):
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     rec = rules.AttentionRecorder()
     embeds = twin.embed(ids)
     out = twin.forward(embeds, mask, twin.last_index(ids, mask), get_composite(composite),
@@ -73,7 +73,7 @@ def test_cp_lrp_conserves_exactly(kind):
 def test_rope_sinks_receive_half_of_the_rotated_qk_relevance(monkeypatch):
     """Paper Eq. 10: R(R_{i,k}) = 1/2 R(Q~_i) + 1/2 R(K~_i), per layer k and token i."""
     captured = []
-    original = llama_module._apply_rope
+    original = RoPE.apply
 
     def spy(x, cos, sin, rule):
         out = original(x, cos, sin, rule)
@@ -81,10 +81,10 @@ def test_rope_sinks_receive_half_of_the_rotated_qk_relevance(monkeypatch):
         captured.append(out)
         return out
 
-    monkeypatch.setattr(llama_module, "_apply_rope", spy)
+    monkeypatch.setattr(RoPE, "apply", staticmethod(spy))
     model = make_llama("gqa", "causal", dtype=torch.float64)
     ids = random_ids(2, 7)
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     embeds = twin.embed(ids)
     out = twin.forward(embeds, None, twin.last_index(ids, None), get_composite("attnlrp"), positional_sinks=True)
     out.logits.max(-1).values.sum().backward()

@@ -31,7 +31,7 @@ from conftest import DATA, OFFICIAL
 from palrp_bench import explain
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import get_composite
-from palrp_bench.models.llama import LlamaTwin
+from palrp_bench.models.decoder import DecoderTwin
 
 REF_FILE = DATA / "reference_lxt" / "lxt_attnlrp.npz"
 NLP = OFFICIAL / "nlp"
@@ -162,7 +162,7 @@ class TorchWithFloat32Statistics:
 
 def float64_semantic(model, seq, phase, attention):
     """Semantic relevance of our twin with the sum taken in float64 (the public API returns float32 sums)."""
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     ids = torch.tensor([seq])
     embeds = twin.embed(ids)
     with torch.enable_grad():

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.metrics.registry import HIGHER_IS_BETTER, METRICS, get_metric, higher_is_better
+from palrp_bench.metrics.registry import METRICS, curve_inputs, get_metric, higher_is_better, metric_specs
 
 PAPER = Path(__file__).resolve().parents[2] / "results" / "paper"
 
 
 def test_directions_of_the_nlp_and_segmentation_metrics():
-    assert HIGHER_IS_BETTER["auac"] is True and HIGHER_IS_BETTER["au_mse"] is False
+    assert higher_is_better("auac") is True and higher_is_better("au_mse") is False
     assert higher_is_better("pixel_accuracy") and higher_is_better("miou") and higher_is_better("map")
     assert higher_is_better("positional_share_percent") is None
 
@@ -35,10 +35,19 @@ def test_every_published_row_has_a_registered_metric_with_the_same_direction():
     for path in files:
         with path.open() as fh:
             for row in csv.DictReader(fh):
-                assert row["metric"] in METRICS, f"{path.name}: unregistered metric {row['metric']}"
+                assert row["metric"] in metric_specs(), f"{path.name}: unregistered metric {row['metric']}"
                 expected = {"true": True, "false": False, "": None}[row["higher_is_better"].strip().lower()]
                 spec = METRICS[row["metric"]]
                 variant = row["variant"] if hasattr(spec.higher_is_better, "keys") else None
                 assert higher_is_better(row["metric"], variant) is expected, (path.name, row)
                 seen.add(row["metric"])
     assert {"auac", "au_mse", "auc_predicted", "auc_target", "pixel_accuracy", "miou"} <= seen
+
+
+def test_every_metric_is_registered_by_the_module_of_its_function():
+    specs = metric_specs()
+    assert set(specs) == {"auac", "au_mse", "auc_predicted", "auc_target", "pixel_accuracy", "miou", "map",
+                          "positional_share_percent"}
+    for spec in specs.values():
+        assert spec.sources and callable(spec.compute), spec.name
+    assert curve_inputs() == ("ac", "accuracy", "agreement", "mse")

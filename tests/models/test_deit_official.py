@@ -17,10 +17,11 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
+from palrp_bench import api
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.gamma import gamma_conv2d, gamma_linear
-from palrp_bench.models import deit as deit_module
-from palrp_bench.models.deit import DeitForward, DeitTwin
+from palrp_bench.models import vit as vit_module
+from palrp_bench.models.vit import VitForward, VitTwin
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official" / "vision"
 METHODS = ("attnlrp", "pa_lrp", "pe_only")
@@ -37,12 +38,15 @@ def official():
     return model, images, ref
 
 
-def compare(twin, images, ref, target_kind, methods=METHODS):
-    """Max |ours - official| / max |official| per array, for every method."""
+def compare(twin, images, ref, target_kind, methods=METHODS, monkeypatch=None):
+    """Max |ours - official| / max |official| per array, for every method, through the public ``explain``
+    (with ``monkeypatch``, the given twin instance stands in for the model's own)."""
     target = None if target_kind == "pred" else torch.as_tensor(ref["target"])
+    if monkeypatch is not None:
+        monkeypatch.setattr(api, "twin_for", lambda model: twin)
     rel = {}
     for method in methods:
-        e = twin.explain(images, method=method, composite="official_vit", target=target)
+        e = api.explain(twin.model, images, method=method, rules="official_vit", target=target)
         arrays = {
             f"{method}_{target_kind}": e.scores,
             f"{target_kind}_sem_pixel": e.semantic,
@@ -62,7 +66,7 @@ def compare(twin, images, ref, target_kind, methods=METHODS):
 def test_logits_and_prediction(official):
     model, images, ref = official
     leaf = images.clone().requires_grad_(True)
-    logits = DeitTwin(model).forward(leaf, "official_vit").logits.detach()
+    logits = VitTwin(model).forward(leaf, "official_vit").logits.detach()
     assert np.abs(logits.numpy() - ref["logits"]).max() < 1e-5
     assert logits.argmax(-1).tolist() == ref["pred"].tolist()
     assert ref["pred"].tolist() != ref["target"].tolist(), "the fixture explains two different classes"
@@ -72,7 +76,7 @@ def test_logits_and_prediction(official):
 @pytest.mark.parametrize("target_kind", ["pred", "target"])
 def test_maps_agree_with_official_code(official, target_kind):
     model, images, ref = official
-    rel = compare(DeitTwin(model), images, ref, target_kind)
+    rel = compare(VitTwin(model), images, ref, target_kind)
     worst = max(rel, key=rel.get)
     assert rel[worst] < 2e-3, f"{worst}: {rel[worst]:.2e}"
     # the large terms (CLS relevance) are far tighter than the per-pixel / per-patch arrays
@@ -99,7 +103,7 @@ def _eps(z, eps):
     return _Stabilise.apply(z, eps)
 
 
-class OfficialStabilisedTwin(DeitTwin):
+class OfficialStabilisedTwin(VitTwin):
     """The twin with the official code's stabilisers re-added (test-only; official_vit wiring hard-coded)."""
 
     def forward(self, pixels, composite, *, attention="sdpa", recorder=None):
@@ -112,14 +116,14 @@ class OfficialStabilisedTwin(DeitTwin):
             x = _eps(x + self._attention(blk.attn, self._norm(blk.norm1, x, composite), composite, attention,
                                          recorder), 1e-6)
             x = _eps(x + self._mlp(blk.mlp, self._norm(blk.norm2, x, composite), composite), 1e-6)
-        logits = deit_module.gamma_module(model.head, self._norm(model.norm, x, composite)[:, 0], 0.05)
-        return DeitForward(logits, pixels, tokens, prefix, pos, grid)
+        logits = vit_module.gamma_module(model.head, self._norm(model.norm, x, composite)[:, 0], 0.05)
+        return VitForward(logits, pixels, tokens, prefix, pos, grid)
 
     @staticmethod
     def _norm(module, x, composite):
         if isinstance(module, torch.nn.Identity):
             return x
-        return _eps(DeitTwin._norm(module, x, composite), module.eps)
+        return _eps(VitTwin._norm(module, x, composite), module.eps)
 
     def _attention(self, attn, h, composite, attention, recorder):
         b, n, _ = h.shape
@@ -142,7 +146,8 @@ def _zennit_gamma_module(module, x, gamma):
 @pytest.mark.parametrize("target_kind", ["pred", "target"])
 def test_official_stabilisers_explain_the_residual(official, target_kind, monkeypatch):
     model, images, ref = official
-    monkeypatch.setattr(deit_module, "gamma_module", _zennit_gamma_module)
-    rel = compare(OfficialStabilisedTwin(model), images, ref, target_kind, methods=("pa_lrp",))
+    monkeypatch.setattr(vit_module, "gamma_module", _zennit_gamma_module)
+    rel = compare(OfficialStabilisedTwin(model), images, ref, target_kind, methods=("pa_lrp",),
+                  monkeypatch=monkeypatch)
     worst = max(rel, key=rel.get)
     assert rel[worst] < 1e-4, f"{worst}: {rel[worst]:.2e}"

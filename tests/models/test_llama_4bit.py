@@ -7,7 +7,8 @@ import torch
 
 from palrp_bench import explain
 from palrp_bench.lrp.composites import ATTNLRP
-from palrp_bench.models.llama import LlamaTwin, load_llama
+from palrp_bench.models.decoder import DecoderTwin
+from palrp_bench.models.loading import load_hf_model
 from models.tiny_llama import make_llama, random_ids
 
 bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed (pip install '.[quant]')")
@@ -18,7 +19,7 @@ def quantized(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(f"q{request.param}")
     make_llama("gqa", request.param, hidden_size=64, intermediate_size=128).save_pretrained(path)
     try:
-        model = load_llama(str(path), kind=request.param, dtype="float32", quantization="nf4")
+        model = load_hf_model(str(path), kind=request.param, dtype="float32", quantization="nf4")
     except Exception as err:  # pragma: no cover - environment-specific
         pytest.skip(f"4-bit loading unavailable here: {str(err).splitlines()[0]}")
     return model
@@ -32,7 +33,7 @@ def test_layers_are_4bit(quantized):
 
 def test_twin_parity_and_explain_on_4bit(quantized):
     ids = random_ids(2, 9)
-    twin = LlamaTwin(quantized)
+    twin = DecoderTwin(quantized)
     out = twin.forward(twin.embed(ids), None, twin.last_index(ids, None), ATTNLRP, positional_sinks=True)
     with torch.no_grad():
         ref = quantized(input_ids=ids).logits

@@ -5,7 +5,7 @@ import torch
 
 from palrp_bench import explain
 from palrp_bench.lrp.composites import ATTNLRP, GRAD_X_INPUT
-from palrp_bench.models.llama import LlamaTwin
+from palrp_bench.models.decoder import DecoderTwin
 from models.tiny_llama import VARIANTS, make_llama, random_ids
 
 
@@ -15,7 +15,7 @@ from models.tiny_llama import VARIANTS, make_llama, random_ids
 def test_twin_logits_match_transformers(variant, kind, composite):
     model = make_llama(variant, kind)
     ids = random_ids(2, 11)
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     last = twin.last_index(ids, None)
     out = twin.forward(twin.embed(ids), None, last, composite, positional_sinks=True, return_all_logits=True)
     with torch.no_grad():
@@ -34,7 +34,7 @@ def test_twin_logits_match_with_padding_and_position_ids(kind):
     mask = torch.ones_like(ids)
     mask[0, :3] = 0   # left padding
     ids[0, :3] = 2
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     pos = twin.position_ids(mask)
     out = twin.forward(twin.embed(ids), mask, twin.last_index(ids, mask), ATTNLRP, positional_sinks=False,
                        return_all_logits=True)
@@ -50,7 +50,7 @@ def test_twin_logits_match_with_padding_and_position_ids(kind):
 def test_twin_bfloat16_close_to_transformers():
     model = make_llama("gqa", "causal", dtype=torch.bfloat16)
     ids = random_ids(2, 12)
-    twin = LlamaTwin(model)
+    twin = DecoderTwin(model)
     out = twin.forward(twin.embed(ids), None, twin.last_index(ids, None), ATTNLRP, positional_sinks=True)
     with torch.no_grad():
         ref = model(input_ids=ids).logits[:, -1]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
-from palrp_bench.runner.catalog import CONFIG_DIR
-from palrp_bench.runner.schema import register_schemas
+from palrp_bench.catalog import CONFIG_DIR
+from palrp_bench.schema import register_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,9 @@ import pytest
 from palrp_bench.errors import BadInputError
 from palrp_bench.runner.app import run
 from palrp_bench.runner.selection import SELECTION_CHUNK, _apply_rule
-from palrp_bench.runner.schema import Selection
-from palrp_bench.runner.tasks import NONFINITE_METRIC, selftest_correct, selftest_values
+from palrp_bench.schema import Selection
+from palrp_bench.evaluation.tasks.selftest import selftest_correct, selftest_values
+from palrp_bench.rundir import NONFINITE_METRIC
 from runner.harness import compose_cfg, per_sample_values, read_results
 
 SELFTEST = ("experiment=selftest", "task=selftest", "runner.quiet=true")
@@ -111,14 +112,14 @@ def test_run_dir_records(tmp_path):
 
 
 def test_a_user_error_mid_run_keeps_finished_results(tmp_path, monkeypatch):
-    from palrp_bench.runner.tasks import SelftestAdapter
+    from palrp_bench.evaluation.tasks.selftest import SelftestAdapter
 
     real = SelftestAdapter.evaluate
 
-    def failing(self, bundle, samples, ctx, protocols=("selftest",)):
-        if ctx.cell.method == "pa_lrp":
+    def failing(self, bundle, samples, ctx, metrics=("selftest",)):
+        if ctx.method == "pa_lrp":
             raise BadInputError("sample text is empty", "drop empty texts")
-        return real(self, bundle, samples, ctx, protocols)
+        return real(self, bundle, samples, ctx, metrics)
 
     monkeypatch.setattr(SelftestAdapter, "evaluate", failing)
     with pytest.raises(BadInputError, match="sample text is empty"):

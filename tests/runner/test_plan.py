@@ -4,9 +4,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.runner import catalog
+from palrp_bench import catalog
 from palrp_bench.runner.plan import plan_cells, plan_jobs
-from palrp_bench.runner.schema import GROUP_SCHEMAS, Selection, TaskKind
+from palrp_bench.schema import GROUP_SCHEMAS, Selection
 from runner.harness import compose_cfg
 
 ISSUE_GROUPS = {
@@ -68,7 +68,7 @@ def test_experiment_cells_and_filters(tmp_path):
     assert {c.model.source for c in custom} == {"/ckpt/tiny"} and len(custom) == 3
 
 
-def test_metric_override_restricts_the_protocols(tmp_path):
+def test_metric_override_restricts_the_metrics(tmp_path):
     cells = plan_cells(compose_cfg(tmp_path, "experiment=table4", "metric=positional_share"))
     assert all(c.metrics == ("positional_share",) for c in cells) and len(cells) == 6
     appendix = plan_cells(compose_cfg(tmp_path, "experiment=appendix_f"))
@@ -108,4 +108,4 @@ def test_cell_settings_exclude_what_does_not_change_values(tmp_path):
                                "task.pool_size=10"))[0]
     c = plan_cells(compose_cfg(tmp_path, "model=llama3_8b", "task=wikipedia", "method=pa_lrp", "protocol=corrected"))[0]
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
-    assert a.task.kind == TaskKind.next_token
+    assert a.task.kind == "next_token"

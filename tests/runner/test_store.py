@@ -10,7 +10,7 @@ import pytest
 from palrp_bench.errors import BadInputError
 from runner.harness import light_import_preamble
 from palrp_bench.runner.store import (ExplanationCache, ShardStore, decode_rows, encode_record, read_records,
-                                      store_name, stored_protocols)
+                                      store_name, stored_metrics)
 
 
 def _record(i):
@@ -72,23 +72,31 @@ def test_a_second_writer_of_the_same_shard_is_refused(tmp_path):
         pass
 
 
-def test_stored_protocols_are_the_union_over_any_sharding_and_run(tmp_path):
-    def record(i, protocols):
-        return encode_record(f"s{i}", i, [("m", "all", None, 1.0)], protocols=protocols)
+def test_stored_metrics_are_the_union_over_any_sharding_and_run(tmp_path):
+    def record(i, metrics):
+        return encode_record(f"s{i}", i, [("m", "all", None, 1.0)], metrics=metrics)
 
     with ShardStore(tmp_path / store_name(0, 2)) as a, ShardStore(tmp_path / store_name(1, 2)) as b:
         a.append(record(0, ["vision_perturbation"]))
         b.append(record(1, ["vision_perturbation", "positional_share"]))
-    with ShardStore(tmp_path / store_name(0, 1)) as c:  # a later run with another n_shards adds a protocol
+    with ShardStore(tmp_path / store_name(0, 1)) as c:  # a later run with another n_shards adds a metric
         c.append(record(0, ["positional_share"]))
         c.append(record(2, ["positional_share"]))
-    assert stored_protocols(tmp_path) == {"s0": {"vision_perturbation", "positional_share"},
-                                          "s1": {"vision_perturbation", "positional_share"},
-                                          "s2": {"positional_share"}}
+    assert stored_metrics(tmp_path) == {"s0": {"vision_perturbation", "positional_share"},
+                                        "s1": {"vision_perturbation", "positional_share"},
+                                        "s2": {"positional_share"}}
+
+
+def test_records_of_older_stores_name_their_metrics_protocols(tmp_path):
+    record = encode_record("s0", 0, [("m", "all", None, 1.0)], metrics=["segmentation"])
+    record["protocols"] = record.pop("metrics")
+    with ShardStore(tmp_path / store_name(0, 1)) as store:
+        store.append(record)
+    assert stored_metrics(tmp_path) == {"s0": {"segmentation"}}
 
 
 def test_explanation_cache_round_trip(tmp_path):
-    cache = ExplanationCache(tmp_path / "explanations")
+    cache = ExplanationCache(tmp_path)
     assert cache.load("imdb/test 1") is None
     arrays = {"scores": np.arange(5, dtype=np.float32), "tokens": np.asarray(["<s>", "good", "film"])}
     cache.save("imdb/test 1", arrays)

@@ -1,4 +1,4 @@
-"""DeiT / ViT twin: the LRP-aware forward of a timm ``VisionTransformer`` with a learned position embedding.
+"""ViT / DeiT twin: the LRP-aware forward of a timm ``VisionTransformer`` with a learned position embedding.
 
 The twin wraps a loaded timm ``VisionTransformer`` (or ``VisionTransformerDistilled``, DeiT with a distillation
 token) without touching it. It calls the model's own modules and parameters (``patch_embed.proj``,
@@ -12,16 +12,16 @@ only the wiring with the rules of :mod:`palrp_bench.lrp.rules` and :mod:`palrp_b
 * attention through :func:`palrp_bench.lrp.rules.attention` with the composite's shares;
 * residual adds and the position-embedding add by the epsilon rule (plain gradient).
 
-Relevance sinks (PROTOCOL.md section 1, paper Eq. 5 with eps -> 0): ``z = E + P`` so ``R(E) = E * grad_z`` and
-``R(P) = P * grad_z``. The pixels (patch-embedding input) are the semantic sink, a per-sample leaf copy of
-``pos_embed`` the positional sink, and per-sample leaf copies of the CLS (and distillation) token collect their
-semantic relevance, reported apart. A learned PE is added, so its sink never changes any other relevance: every
-method of a vision model is read off the same single pass (as in the official code, whose three vision rows share
-one semantic map); ``Method.positional_sinks`` is therefore irrelevant here and positional relevance is always
-reported.
+Relevance sinks (PROTOCOL.md section 1, paper Eq. 5 with eps -> 0; the ``learned_absolute`` kind of
+:mod:`palrp_bench.lrp.positional`): ``z = E + P`` so ``R(E) = E * grad_z`` and ``R(P) = P * grad_z``. The pixels
+(patch-embedding input) are the semantic sink, a per-sample leaf copy of ``pos_embed`` the positional sink, and
+per-sample leaf copies of the CLS (and distillation) token collect their semantic relevance, reported apart. A
+learned PE is added, so its sink never changes any other relevance: every method of a vision model is read off
+the same single pass (as in the official code, whose three vision rows share one semantic map), and positional
+relevance is always reported.
 
 Starting relevance (PROTOCOL.md section 1, vision; official ``generate_LRP`` feeds a one-hot vector to
-``relprop``): 1.0 on the explained logit, i.e. a seed gradient ``1 / logit``.
+``relprop``): 1.0 on the explained logit (``starting_relevance = "unit"``).
 
 The official composite (``official_vit``; what the official code ran for every vision table, checked against its
 outputs in ``tests/models/test_deit_official.py``): gamma 0.05 on the MLP linears and the head, gamma 100 on the
@@ -29,44 +29,34 @@ patch-embedding conv, epsilon on the attention value projection (the value slice
 projection (the official ``Block.relprop`` switches the gamma rule off inside attention), only the value path of
 ``A @ V`` with half its relevance (CP rule; the A half is dropped), std-constant LayerNorm, identity GELU, epsilon
 adds. ``attnlrp`` is true AttnLRP (softmax rule, uniform rule on both attention matmuls, epsilon linears);
-``attnlrp_gamma`` adds the official gamma rules to it; ``cp_lrp`` keeps attention weights constant.
+``attnlrp_gamma`` adds the official gamma rules to it; ``cp_lrp`` keeps attention weights constant (composites in
+:mod:`palrp_bench.lrp.composites`).
 
-The parity test (``tests/models/test_deit_twin.py``) pins the twin's logits to timm's own forward.
+The parity test (``tests/models/test_vit_twin.py``) pins the twin's logits to timm's own forward.
 """
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
-from ..errors import BadInputError, MissingDataError, UnsupportedModelError
+from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
-from ..lrp.composites import COMPOSITES, Composite, get_composite, register_composite
-from ..lrp.explanation import Explanation
+from ..lrp.attribution import Attribution
+from ..lrp.composites import Composite, get_composite
 from ..lrp.gamma import gamma_module
-from ..methods.language import resolve_target
-from ..methods.pixel_aggregation import aggregate_pixels, check_vision_method
-from ..methods.registry import get_method
+from ..lrp.positional import LearnedAbsolute
 from .registry import register_twin
 
-__all__ = ["DeitTwin", "DeitForward", "GAMMA_ROLES", "load_deit", "one_hot_seed"]
+__all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
 
 #: Linear-layer roles a composite's ``linear_gamma`` may name for this twin.
 GAMMA_ROLES = ("patch_embed", "qkv", "attn_out", "mlp", "head")
 
-if "attnlrp_gamma" not in COMPOSITES:
-    # AttnLRP with the official gamma rules on the linears / conv (the AttnLRP authors' own ViT recipe also puts
-    # gamma rules on ViT linears and the patch conv to reduce noise).
-    register_composite(Composite("attnlrp_gamma", linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0}))
-
 
 @dataclass
-class DeitForward:
+class VitForward:
     """What one LRP-aware forward produces.
 
     ``logits`` ``[B, C]``. Sinks (leaves, ``requires_grad``): ``pixels`` ``[B, 3, H, W]``, ``prefix`` ``[B, P, D]``
@@ -82,6 +72,18 @@ class DeitForward:
     pos_embed: torch.Tensor
     grid: tuple[int, int]
 
+    @property
+    def sinks(self) -> dict:
+        return {"pixels": self.pixels, "patch_tokens": self.patch_tokens, "prefix": self.prefix,
+                "pos_embed": self.pos_embed}
+
+
+@dataclass
+class VitInputs:
+    """Validated, normalised images ``[B, C, H, W]`` on the model's device and dtype."""
+
+    pixels: torch.Tensor
+
 
 def _timm_classes():
     from timm.layers import Mlp, PatchEmbed
@@ -91,18 +93,20 @@ def _timm_classes():
     return VisionTransformer, VisionTransformerDistilled, Block, Attention, Mlp, PatchEmbed, LayerScale
 
 
-def one_hot_seed(explained: torch.Tensor) -> torch.Tensor:
-    """Seed gradient giving the explained logit a starting relevance of exactly 1.0 (``logit * seed = 1``);
-    a logit of exactly 0 has no relevance to distribute (seed 0, as the gamma rule's ``z = 0`` case)."""
-    e = explained.detach()
-    return torch.where(e != 0, 1.0 / torch.where(e != 0, e, torch.ones_like(e)), torch.zeros_like(e))
-
-
 @register_twin
-class DeitTwin:
+class VitTwin:
     """LRP-aware forward of a timm ViT / DeiT (see module docstring)."""
 
-    family = "deit/vit (timm VisionTransformer, VisionTransformerDistilled)"
+    modality = "pixels"
+    starting_relevance = "unit"
+    #: the official vision composite (PROTOCOL.md section 1). PROTOCOL.md names no vision rule correction, so the
+    #: ``corrected`` protocol keeps it too; true AttnLRP rules are ``rules="attnlrp"`` / ``"attnlrp_gamma"``.
+    default_composite = "official_vit"
+    positional = LearnedAbsolute()
+
+    @classmethod
+    def family(cls) -> str:
+        return "vit/deit (timm VisionTransformer, VisionTransformerDistilled)"
 
     @classmethod
     def supports(cls, model) -> bool:
@@ -173,11 +177,6 @@ class DeitTwin:
         self.dynamic_img_size = bool(getattr(model, "dynamic_img_size", False))
 
     # ------------------------------------------------------------------ helpers
-    def default_composite(self, protocol: str = "official") -> str:
-        """``official_vit`` (PROTOCOL.md section 1). PROTOCOL.md names no vision rule correction, so the
-        ``corrected`` protocol keeps it too; true AttnLRP rules are ``rules="attnlrp"`` / ``"attnlrp_gamma"``."""
-        return "official_vit"
-
     @property
     def device(self) -> torch.device:
         return self.patch_embed.proj.weight.device
@@ -257,7 +256,7 @@ class DeitTwin:
 
     # ------------------------------------------------------------------ forward
     def forward(self, pixels: torch.Tensor, composite: Composite, *, attention: str = "sdpa",
-                recorder: rules.AttentionRecorder | None = None) -> DeitForward:
+                recorder: rules.AttentionRecorder | None = None) -> VitForward:
         """One LRP-aware forward from the pixel leaf ``pixels`` (``requires_grad``) to the logits.
 
         ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
@@ -268,7 +267,7 @@ class DeitTwin:
         tokens, grid = self._embed_patches(pixels, composite)
         prefix_params = [model.cls_token] + ([model.dist_token] if self.distilled else [])
         prefix = torch.cat([p.detach().expand(b, -1, -1) for p in prefix_params], 1).clone().requires_grad_(True)
-        pos = self.position_table(grid).expand(b, -1, -1).clone().requires_grad_(True)
+        pos = self.positional.sink(self.position_table(grid), b)
         if self.no_embed_class:
             x = torch.cat([prefix, tokens + pos], 1)
         else:
@@ -284,7 +283,7 @@ class DeitTwin:
         else:
             pooled = self._norm(model.fc_norm, x[:, 0], composite)
             logits = gamma_module(model.head, pooled, head_gamma)
-        return DeitForward(logits, pixels, tokens, prefix, pos, grid)
+        return VitForward(logits, pixels, tokens, prefix, pos, grid)
 
     def _embed_patches(self, pixels: torch.Tensor, composite: Composite) -> tuple[torch.Tensor, tuple[int, int]]:
         z = gamma_module(self.patch_embed.proj, pixels, composite.gamma_for("patch_embed"))
@@ -321,57 +320,39 @@ class DeitTwin:
         h = rules.activation(h, mlp.act, self.activation_rule(composite))
         return gamma_module(mlp.fc2, h, gamma)
 
-    # ------------------------------------------------------------------ explain
-    def explain(self, pixel_values, *, method, composite, target=None, aggregation: str = "official",
-                attention_mask=None, attention: str = "sdpa") -> Explanation:
-        """Explain a batch of normalised images (PROTOCOL.md section 1, vision column).
-
-        ``target``: ``None`` explains the predicted class; an int or a ``[B]`` tensor selects the class.
-        Returns an :class:`Explanation` with ``scores`` ``[B, H, W]`` (the method's ReLU'd map), ``semantic``
-        ``[B, H, W]`` (signed, summed over RGB), ``positional`` ``[B, Hp, Wp]`` (signed, prefix tokens dropped),
-        ``logit`` / ``target`` ``[B]`` and extras:
-
-        * ``cls_semantic``, ``cls_positional`` ``[B]`` (and ``dist_semantic``, ``dist_positional`` for distilled
-          models): the prefix-token terms the official aggregation drops;
-        * ``patch_semantic`` ``[B, Hp, Wp]``: token-level semantic relevance ``sum_d R(E_p)[d]`` before the
-          patch-embedding rule;
-        * Appendix F totals ``[B]``: ``semantic_total`` / ``positional_total`` (patches only, what the maps use)
-          and ``semantic_total_incl_prefix`` / ``positional_total_incl_prefix`` (CLS and distillation terms added);
-        * ``patch_size`` ``(ph, pw)``.
-        """
-        method = get_method(method)
-        composite = self.check_composite(get_composite(composite))
-        check_vision_method(method, aggregation)
+    # ------------------------------------------------------------------ explanation protocol
+    def prepare(self, pixel_values, attention_mask=None) -> VitInputs:
+        """Check a batch of normalised images (:meth:`prepare_pixels`); vision has no attention mask."""
         if attention_mask is not None:
             raise BadInputError("attention_mask was given for a vision transformer", "pass attention_mask=None")
+        return VitInputs(self.prepare_pixels(pixel_values))
+
+    def run(self, inputs: VitInputs, composite: Composite, *, positional_sinks: bool = True,
+            attention: str = "sdpa") -> VitForward:
+        """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh pixel leaf). The learned
+        PE is always a sink (it changes no other relevance), so ``positional_sinks`` has no effect."""
         if attention not in ("sdpa", "eager"):
             raise BadInputError(f"unknown attention implementation {attention!r}", "use sdpa or eager")
-        pixels = self.prepare_pixels(pixel_values)
-        out_dtype = torch.float64 if pixels.dtype == torch.float64 else torch.float32
-        with torch.enable_grad():
-            leaf = pixels.detach().clone().requires_grad_(True)
-            out = self.forward(leaf, composite, attention=attention)
-            tgt = resolve_target(target, out.logits)
-            explained = out.logits.gather(1, tgt[:, None])[:, 0]
-            sinks = [out.pixels, out.patch_tokens, out.prefix, out.pos_embed]
-            grads = torch.autograd.grad(explained, sinks, grad_outputs=one_hot_seed(explained), allow_unused=True)
-        r_pix, r_tok, r_pre, r_pos = [
-            (x.detach().to(out_dtype) * (torch.zeros_like(x) if g is None else g).to(out_dtype))
-            for x, g in zip(sinks, grads)]
-        b = pixels.shape[0]
-        hp, wp = out.grid
-        semantic = r_pix.sum(1)
-        patch_semantic = r_tok.sum(-1).reshape(b, hp, wp)
-        prefix_semantic = r_pre.sum(-1)
-        pos_tokens = r_pos.sum(-1)
+        return self.forward(inputs.pixels.detach().clone().requires_grad_(True), composite, attention=attention)
+
+    def summarize(self, inputs: VitInputs, attribution: Attribution) -> dict:
+        """Pixel-level semantic map ``[B, H, W]`` (patch-embedding input summed over RGB), per-patch positional
+        relevance ``[B, Hp, Wp]`` (prefix rows dropped) and the extras of
+        :class:`~palrp_bench.lrp.explanation.Explanation` (CLS / distillation terms, token-level semantic relevance,
+        Appendix F totals, ``patch_size``)."""
+        r = attribution.relevance
+        b = inputs.pixels.shape[0]
+        hp, wp = attribution.forward.grid
+        semantic = r["pixels"].sum(1)
+        patch_semantic = r["patch_tokens"].sum(-1).reshape(b, hp, wp)
+        prefix_semantic = r["prefix"].sum(-1)
+        pos_tokens = self.positional.reduce(r["pos_embed"])
         if self.no_embed_class:
             prefix_positional = torch.zeros_like(prefix_semantic)
             positional = pos_tokens.reshape(b, hp, wp)
         else:
             prefix_positional = pos_tokens[:, :self.num_prefix]
             positional = pos_tokens[:, self.num_prefix:].reshape(b, hp, wp)
-        scores = aggregate_pixels(method, aggregation, semantic=semantic, positional=positional,
-                                  patch_size=self.patch_size)
         semantic_total = semantic.sum((1, 2))
         positional_total = positional.sum((1, 2))
         extras = {
@@ -387,133 +368,9 @@ class DeitTwin:
         if self.distilled:
             extras["dist_semantic"] = prefix_semantic[:, 1]
             extras["dist_positional"] = prefix_positional[:, 1]
-        return Explanation(scores=scores, semantic=semantic, positional=positional,
-                           logit=explained.detach().to(out_dtype), target=tgt, method=method.name,
-                           rules=composite.name, aggregation=aggregation, extras=extras)
+        return {"semantic": semantic, "positional": positional, "extras": extras}
 
 
 def _layer_scale(ls: nn.Module, h: torch.Tensor) -> torch.Tensor:
     """timm ``LayerScale``: an elementwise product with a constant (epsilon rule = plain gradient)."""
     return h if isinstance(ls, nn.Identity) else h * ls.gamma
-
-
-# ---------------------------------------------------------------------------------------------------- loading
-def load_deit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None = None, pretrained: bool = True,
-              **model_kwargs):
-    """Load a DeiT / ViT as a timm model in eval mode (PROTOCOL.md section 5).
-
-    * ``checkpoint``: a local file, e.g. an official facebookresearch/deit ``.pth`` (``{'model': state_dict}``;
-      ``{'state_dict': ...}`` and bare state dicts work too), loaded strictly into ``timm.create_model(name)``
-      (timm's ViT checkpoint filter adapts legacy layouts and resamples a position embedding of another size).
-    * else ``pretrained=True``: timm's ``{name}.fb_in1k`` weights (= the official DeiT checkpoints) from the local
-      Hugging Face cache, or downloaded when the hub is reachable (never waits on an unreachable hub).
-    * else a randomly initialised model.
-
-    ``model_kwargs`` go to ``timm.create_model`` (e.g. ``num_classes``, ``embed_dim``, ``depth`` for custom
-    checkpoints; with pretrained weights a different ``num_classes`` gets a freshly initialised head, as in timm). Problems raise one-line :class:`UnsupportedModelError` (unknown name),
-    :class:`MissingDataError` (file missing / unreadable, weights unavailable offline) or :class:`BadInputError`
-    (checkpoint does not fit the architecture).
-    """
-    import timm
-
-    base, _, tag = str(name).partition(".")
-    if not timm.is_model(base):
-        raise UnsupportedModelError(f"unknown timm model {name!r}",
-                                    "use e.g. deit_tiny_patch16_224, deit_small_patch16_224 or deit_base_patch16_224")
-    if checkpoint is not None:
-        state = _read_checkpoint(Path(checkpoint))
-        model = _create(timm, base, False, model_kwargs)
-        _load_state(model, state, Path(checkpoint).name, base)
-    elif pretrained:
-        tagged = f"{base}.{tag or 'fb_in1k'}"
-        model = _create_pretrained(timm, tagged, model_kwargs)
-    else:
-        model = _create(timm, base, False, model_kwargs)
-    return model.eval()
-
-
-def _create(timm, name: str, pretrained: bool, kwargs: dict, **extra):
-    try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs, **extra)
-    except TypeError as err:
-        raise BadInputError(f"bad model arguments for {name}: {err}", "pass only timm VisionTransformer "
-                                                                       "arguments (e.g. num_classes)") from None
-
-
-def _read_checkpoint(path: Path) -> dict:
-    if not path.is_file():
-        raise MissingDataError(f"checkpoint {path} does not exist",
-                               "download the official DeiT weights from https://github.com/facebookresearch/deit "
-                               "(e.g. deit_tiny_patch16_224-a1311bcf.pth) or fix the path")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
-        raise MissingDataError(f"cannot read checkpoint {path} ({type(err).__name__})",
-                               "pass a PyTorch .pth/.pt file holding a state dict") from None
-    if not isinstance(state, dict):
-        raise MissingDataError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict",
-                               "save model.state_dict() (or {'model': state_dict})")
-    return state
-
-
-def _load_state(model, state: dict, filename: str, name: str) -> None:
-    from timm.models.vision_transformer import checkpoint_filter_fn
-
-    try:
-        state = checkpoint_filter_fn(state, model)
-        model.load_state_dict(state, strict=True)
-    except (RuntimeError, KeyError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BadInputError(f"checkpoint {filename} does not fit {name}: {first}",
-                            "pass the architecture it was trained with (name, and e.g. num_classes / embed_dim / "
-                            "depth as keyword arguments)") from None
-
-
-def _create_pretrained(timm, tagged: str, kwargs: dict):
-    from timm.models import get_pretrained_cfg
-
-    fix = (f"download {tagged} once with network access (timm.create_model('{tagged}', pretrained=True)) or pass "
-           "checkpoint=<official .pth from https://github.com/facebookresearch/deit>")
-    cfg = get_pretrained_cfg(tagged)
-    if cfg is None:
-        raise UnsupportedModelError(f"timm has no pretrained weights {tagged!r}", "check the tag (e.g. .fb_in1k)")
-    cached = _cached_hub_file(cfg.hf_hub_id) if cfg.hf_hub_id else None
-    if cached is not None:
-        return _create(timm, tagged, True, kwargs, pretrained_cfg_overlay={"file": cached})
-    if _hub_offline() or not _hub_reachable():
-        raise MissingDataError(f"pretrained weights {tagged} are not in the local cache and the hub is unreachable",
-                               fix)
-    try:
-        return _create(timm, tagged, True, kwargs)
-    except (OSError, ConnectionError, RuntimeError) as err:
-        raise MissingDataError(f"cannot download {tagged} ({type(err).__name__})", fix) from None
-
-
-def _cached_hub_file(repo_id: str) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover
-        return None
-    for filename in ("model.safetensors", "pytorch_model.bin"):
-        path = try_to_load_from_cache(repo_id, filename)
-        if isinstance(path, str):
-            return path
-    return None
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the Hugging Face endpoint opens within ``timeout`` seconds (so an offline
-    machine fails in seconds instead of timm's minute of retries)."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    parsed = urlparse(endpoint)
-    host = parsed.hostname or "huggingface.co"
-    port = parsed.port or (443 if parsed.scheme != "http" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False

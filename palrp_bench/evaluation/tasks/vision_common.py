@@ -1,4 +1,5 @@
-"""Task adapters of the vision tasks: pixel perturbation + positional share, and segmentation (PROTOCOL.md 3, 4).
+"""What the two vision task kinds share: pixel perturbation + positional share, and segmentation (PROTOCOL.md
+sections 3, 4). The kinds are :mod:`.image_classification` and :mod:`.image_segmentation`.
 
 Per batch: raw images in [0, 1] are normalised with the model's mean/std and explained for the predicted class
 (``palrp_bench.explain``); for the target curves (every sample labelled), a second explanation for the
@@ -15,8 +16,8 @@ Then, by the cell's metrics:
   mask (``pix_correct``, ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
   (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``;
 
-plus ``correct`` (prediction == label). Datasets (``task.dataset``): ``synthetic_vision`` (options ``n``,
-``seed``, ``split``), ``imagenet``, ``imagenet_seg``.
+plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
+:func:`palrp_bench.data.registry.load_dataset` (``synthetic_vision``, ``imagenet``, ``imagenet_seg``).
 """
 from __future__ import annotations
 
@@ -26,10 +27,15 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..data.base import ImageSample
-from ..errors import BadInputError
-from .schema import TaskKind
-from .tasks import CORRECT_METRIC, NO_VARIANT, SCALAR, JobContext, SampleResult, nonfinite_result, register_adapter
+from ...data.base import ImageSample
+from ...data.registry import load_dataset, sample_ids_of
+from ...errors import BadInputError
+from ...metrics.perturbation import VISION_FRACTIONS
+from ...metrics.segmentation import segmentation_counts
+from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from .base import JobContext, SampleResult, nonfinite_result
+
+__all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
 
 SEGMENTATION_THRESHOLD = "mean"
 #: what a cached explanation must hold to be reused (plus ``scores_target`` for the target-class curves)
@@ -51,42 +57,17 @@ class LazyImageSample:
 
 
 def _load_image_pool(task) -> list[LazyImageSample]:
-    options = dict(task.options)
-    if task.dataset == "synthetic_vision":
-        from ..data.synthetic_vision import make_synthetic_vision
-
-        dataset = make_synthetic_vision(int(options.get("n", 64)), int(options.get("seed", 0)),
-                                        options.get("split", "test"))
-        ids = [s.sample_id for s in dataset]
-    elif task.dataset == "imagenet":
-        from ..data.imagenet import load_imagenet_val
-
-        if task.path is None:
-            raise BadInputError("task imagenet needs task.path (the ImageNet validation folder)",
-                                "set task.path=/path/to/imagenet/val")
-        dataset = load_imagenet_val(task.path, **options)
-        ids = dataset.sample_ids
-    elif task.dataset == "imagenet_seg":
-        from ..data.imagenet_seg import load_imagenet_seg
-
-        if task.path is None:
-            raise BadInputError("task imagenet_seg needs task.path (gtsegs_ijcv.mat)",
-                                "set task.path=/path/to/gtsegs_ijcv.mat")
-        dataset = load_imagenet_seg(task.path, **options)
-        ids = dataset.sample_ids
-    else:
-        raise BadInputError(f"unknown image dataset {task.dataset!r}",
-                            "use synthetic_vision, imagenet or imagenet_seg")
-    return [LazyImageSample(sid, dataset, i) for i, sid in enumerate(ids)]
+    dataset = load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options)
+    return [LazyImageSample(sid, dataset, i) for i, sid in enumerate(sample_ids_of(dataset))]
 
 
-class _VisionAdapter:
+class VisionAdapter:
     def load_samples(self, task, bundle) -> list[LazyImageSample]:
         return _load_image_pool(task)
 
     @torch.no_grad()
     def correct(self, bundle, samples, ctx) -> list[bool]:
-        from ..evaluation.vision_perturbation import resolve_normalization
+        from ..vision_perturbation import resolve_normalization
 
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
@@ -97,16 +78,15 @@ class _VisionAdapter:
     def _explain(self, bundle, pixels, ctx: JobContext, target=None):
         import palrp_bench
 
-        cell = ctx.cell
-        return palrp_bench.explain(bundle.model, pixels, method=cell.method, target=target,
-                                   aggregation=cell.aggregation, rules=cell.rules, protocol=cell.protocol).to("cpu")
+        return palrp_bench.explain(bundle.model, pixels, method=ctx.method, target=target,
+                                   aggregation=ctx.aggregation, rules=ctx.rules, protocol=ctx.protocol).to("cpu")
 
     def _explained(self, bundle, samples, images, ctx, with_target: bool) -> tuple[dict, list[dict | None]]:
         """Per-batch tensors (``scores``, ``scores_target`` when ``with_target``, ``explained``, ``logit``, the four
         Appendix F totals) and the arrays to (re)cache. Each of the two explanations (predicted class, target
         class) is taken from the explanation cache when every sample of the batch has it, else computed with
         ``palrp_bench.explain``; nothing is re-cached when nothing was computed."""
-        from ..evaluation.vision_perturbation import resolve_normalization
+        from ..vision_perturbation import resolve_normalization
 
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
         have = lambda keys: all(c is not None and keys <= set(c) for c in cached)  # noqa: E731
@@ -144,15 +124,13 @@ class _VisionAdapter:
                           for i, (a, c) in enumerate(zip(arrays, cached))]
         return batch, arrays
 
-    def evaluate(self, bundle, samples, ctx, protocols=()) -> list[SampleResult]:
-        from ..evaluation.vision_perturbation import vision_perturbation_curves
-        from ..metrics.perturbation import VISION_FRACTIONS
-
-        protocols = set(protocols or ctx.cell.metrics)
+    def evaluate(self, bundle, samples, ctx, metrics=()) -> list[SampleResult]:
+        from ..vision_perturbation import vision_perturbation_curves
+        metrics = set(metrics or ctx.metrics)
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         labels = [s.label for s in samples]
-        with_target = "vision_perturbation" in protocols and all(label is not None for label in labels)
+        with_target = "vision_perturbation" in metrics and all(label is not None for label in labels)
         ex, arrays = self._explained(bundle, samples, images, ctx, with_target)
         checked = [ex["scores"]] + ([ex["scores_target"]] if with_target else [])
         finite = torch.stack([torch.isfinite(t.float()).flatten(1).all(1) for t in checked]).all(0)
@@ -161,7 +139,7 @@ class _VisionAdapter:
                   "logit": float(ex["logit"][i])} for i in range(len(samples))]
         ok = [i for i in range(len(samples)) if bool(finite[i])]
         rows: dict[int, list] = {i: [] for i in ok}
-        if ok and "vision_perturbation" in protocols:
+        if ok and "vision_perturbation" in metrics:
             for positive, variant in ((True, "positive"), (False, "negative")):
                 agree = vision_perturbation_curves(bundle.model, images[ok], ex["scores"][ok], None, positive,
                                                    batch_size=ctx.forward_batch_size)
@@ -173,7 +151,7 @@ class _VisionAdapter:
                                                      batch_size=ctx.forward_batch_size)
                     for k, i in enumerate(ok):
                         rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
-        if ok and "positional_share" in protocols:
+        if ok and "positional_share" in metrics:
             for i in ok:
                 rows[i] += [("relevance_semantic", NO_VARIANT, SCALAR, float(ex["semantic_total"][i])),
                             ("relevance_positional", NO_VARIANT, SCALAR, float(ex["positional_total"][i])),
@@ -181,11 +159,9 @@ class _VisionAdapter:
                              float(ex["semantic_total_incl_prefix"][i])),
                             ("relevance_positional_with_cls", NO_VARIANT, SCALAR,
                              float(ex["positional_total_incl_prefix"][i]))]
-        if ok and "segmentation" in protocols:
-            from ..metrics.segmentation import segmentation_counts
-
+        if ok and "segmentation" in metrics:
             if any(samples[i].mask is None for i in ok):
-                raise BadInputError(f"task {ctx.cell.task.name!r} has samples without a segmentation mask",
+                raise BadInputError(f"task {ctx.task.name!r} has samples without a segmentation mask",
                                     "use a dataset with masks (imagenet_seg, synthetic_vision) for metric=segmentation")
             masks = torch.stack([torch.as_tensor(samples[i].mask) for i in ok])
             counts = segmentation_counts(ex["scores"][ok], masks, SEGMENTATION_THRESHOLD)
@@ -207,14 +183,3 @@ class _VisionAdapter:
                 rows[i].append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(infos[i]["explained"] == sample.label)))
             results.append(SampleResult(sample.sample_id, rows[i], infos[i], arrays[i]))
         return results
-
-
-@register_adapter(TaskKind.image_classification)
-class ImageClassificationAdapter(_VisionAdapter):
-    """ImageNet-val perturbation and positional share (Table 4, Appendix F), embedded synthetic shapes."""
-
-
-@register_adapter(TaskKind.image_segmentation)
-class ImageSegmentationAdapter(_VisionAdapter):
-    """ImageNet-segmentation (Table 5), embedded synthetic shapes with their object masks."""
-

@@ -1,15 +1,16 @@
-"""The model task adapters on small random models (no shipped assets needed): rows as the protocols define
-them, batch-size independence, non-finite relevance recorded instead of fatal (issue "Runner", "Bad input")."""
+"""The task adapters (evaluation/tasks) on small random models (no shipped assets needed): rows as the metrics
+define them, batch-size independence, non-finite relevance recorded instead of fatal."""
 import numpy as np
 import pytest
 import torch
 
 import palrp_bench
 from palrp_bench.data import synthetic_text
-from palrp_bench.runner.bundles import ModelBundle
+from palrp_bench.evaluation.tasks import ModelBundle
 from palrp_bench.runner.plan import plan_cells
+from palrp_bench.evaluation.tasks import task_adapter
+from palrp_bench.rundir import NONFINITE_METRIC
 from palrp_bench.runner.store import ExplanationCache
-from palrp_bench.runner.tasks import NONFINITE_METRIC, JobContext, adapter_for
 from runner.harness import compose_cfg
 
 
@@ -45,9 +46,9 @@ def test_text_classification_rows_and_batch_independence(tmp_path, text_models):
     cls, _, tok = text_models
     cell = _cell(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment", "method=pa_lrp")
     bundle = ModelBundle(cell.model, cls, tok, "cpu")
-    adapter = adapter_for(cell.task.kind)
+    adapter = task_adapter(cell.task.kind)
     samples = adapter.load_samples(cell.task, bundle)[:5]
-    ctx = JobContext(cell, "cpu", ExplanationCache(tmp_path / "cache"), forward_batch_size=7)
+    ctx = cell.context("cpu", ExplanationCache(tmp_path / "cache"), forward_batch_size=7)
     together = adapter.evaluate(bundle, samples, ctx)
     alone = [adapter.evaluate(bundle, [s], ctx)[0] for s in samples]
     for sid, v in _values(together).items():
@@ -80,13 +81,13 @@ def test_next_token_causal_switch(tmp_path, text_models):
     for task in ("synthetic_mcqa", "synthetic_mcqa_noncausal"):
         overrides = ["model=tiny_llama_causal", "task=synthetic_mcqa", "method=attnlrp"]
         if task.endswith("noncausal"):
-            overrides.append("task.official_noncausal=true")
+            overrides.append("task.causal=false")
         cell = _cell(tmp_path, *overrides)
         bundle = ModelBundle(cell.model, causal, tok, "cpu")
-        adapter = adapter_for(cell.task.kind)
+        adapter = task_adapter(cell.task.kind)
         samples = adapter.load_samples(cell.task, bundle)[:3]
-        out[task] = _values(adapter.evaluate(bundle, samples, JobContext(cell, "cpu", None, 16)))
-        flags = adapter.correct(bundle, samples, JobContext(cell, "cpu", None, 16))
+        out[task] = _values(adapter.evaluate(bundle, samples, cell.context("cpu", None, 16)))
+        flags = adapter.correct(bundle, samples, cell.context("cpu", None, 16))
         assert len(flags) == 3 and all(isinstance(f, bool) for f in flags)
     sid = next(iter(out["synthetic_mcqa"]))
     assert not np.allclose(out["synthetic_mcqa"][sid], out["synthetic_mcqa_noncausal"][sid])
@@ -98,10 +99,10 @@ def test_vision_rows(tmp_path, tiny_vit, task):
 
     cell = _cell(tmp_path, "model=tiny_vit", f"task={task}", "method=pa_lrp")
     bundle = ModelBundle(cell.model, tiny_vit, None, "cpu")
-    adapter = adapter_for(cell.task.kind)
+    adapter = task_adapter(cell.task.kind)
     samples = adapter.load_samples(cell.task, bundle)[:3]
-    results = adapter.evaluate(bundle, samples, JobContext(cell, "cpu", None, 8))
-    alone = adapter.evaluate(bundle, samples[1:2], JobContext(cell, "cpu", None, 8))
+    results = adapter.evaluate(bundle, samples, cell.context("cpu", None, 8))
+    alone = adapter.evaluate(bundle, samples[1:2], cell.context("cpu", None, 8))
     np.testing.assert_allclose(_values(results)[samples[1].sample_id], _values(alone)[samples[1].sample_id],
                                rtol=1e-5, atol=1e-6)
     metrics = {r[0] for r in results[0].rows}
@@ -136,9 +137,9 @@ def test_nonfinite_relevance_becomes_a_row(tmp_path, text_models, monkeypatch):
         return rel
 
     monkeypatch.setattr(palrp_bench, "explain", poisoned)
-    adapter = adapter_for(cell.task.kind)
+    adapter = task_adapter(cell.task.kind)
     bundle = ModelBundle(cell.model, cls, tok, "cpu")
-    results = adapter.evaluate(bundle, adapter.load_samples(cell.task, bundle)[:3], JobContext(cell, "cpu", None, 8))
+    results = adapter.evaluate(bundle, adapter.load_samples(cell.task, bundle)[:3], cell.context("cpu", None, 8))
     assert [r.nonfinite for r in results] == [False, True, False]
     assert results[1].rows == [(NONFINITE_METRIC, "all", None, 1.0)]
     assert len(results[2].rows) == 45
@@ -191,11 +192,11 @@ def test_imagenet_folder_wiring(tmp_path, tiny_vit):
                 tmp_path / "val" / wnid / f"ILSVRC2012_val_{wnid}{k}.JPEG")
     cell = _cell(tmp_path, "model=tiny_vit", "task=imagenet", "method=attnlrp", f"task.path={tmp_path}",
                  "task.options.subset=all", "task.options.image_size=64")
-    adapter = adapter_for(cell.task.kind)
+    adapter = task_adapter(cell.task.kind)
     bundle = ModelBundle(cell.model, tiny_vit, None, "cpu")
     pool = adapter.load_samples(cell.task, bundle)
     assert [s.sample_id for s in pool] == ["ILSVRC2012_val_n010", "ILSVRC2012_val_n011", "ILSVRC2012_val_n020",
                                            "ILSVRC2012_val_n021"]
-    results = adapter.evaluate(bundle, pool[1:3], JobContext(cell, "cpu", None, 8))
+    results = adapter.evaluate(bundle, pool[1:3], cell.context("cpu", None, 8))
     assert [r.sample_id for r in results] == ["ILSVRC2012_val_n011", "ILSVRC2012_val_n020"]
     assert {r[0] for r in results[1].rows} >= {"agreement", "accuracy", "relevance_positional", "correct"}

@@ -4,7 +4,7 @@ Every group file under ``palrp_bench/configs/<group>/`` is validated against one
 key (``runner.batchsize=4``) or a wrong type (``runner.batch_size=abc``) or a value outside an enum
 (``protocol=offical``) stops ``palrp-bench`` at start-up with OmegaConf's message naming the key and, for enums,
 the allowed values. The same dataclasses validate the group files the runner loads by name when an experiment
-lists several models / tasks / methods (:mod:`palrp_bench.runner.catalog`).
+lists several models / tasks / methods (:mod:`palrp_bench.catalog`).
 
 DESIGN.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> ...
 """
@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from .protocol import Protocol
+
 
 class Mode(Enum):
     """What ``palrp-bench`` does: run the jobs (then merge), only print the job plan, or build the report."""
@@ -23,13 +25,6 @@ class Mode(Enum):
     run = "run"
     plan = "plan"
     report = "report"
-
-
-class Protocol(Enum):
-    """PROTOCOL.md preamble: ``official`` follows the official code; ``corrected`` turns the named fixes on."""
-
-    official = "official"
-    corrected = "corrected"
 
 
 class Aggregation(Enum):
@@ -51,31 +46,11 @@ class Quantization(Enum):
     nf4 = "nf4"
 
 
-class Family(Enum):
-    """How a model is loaded (:mod:`palrp_bench.runner.bundles`)."""
-
-    selftest = "selftest"      # no network at all: the harness self-test (deterministic arithmetic)
-    llama = "llama"            # Hugging Face LLaMA family (hub id or local folder), optional NF4
-    deit = "deit"              # timm DeiT / ViT (timm name or local checkpoint)
-    tiny_text = "tiny_text"    # embedded tiny LLaMA shipped with the package
-    tiny_vit = "tiny_vit"      # embedded tiny ViT shipped with the package
-
-
 class ModelKind(Enum):
     causal = "causal"
     classifier = "classifier"
     vit = "vit"
     none = "none"
-
-
-class TaskKind(Enum):
-    """Which adapter of :mod:`palrp_bench.runner.tasks` evaluates the task."""
-
-    selftest = "selftest"
-    text_classification = "text_classification"   # IMDB (Tables 1, 2), embedded synthetic sentiment
-    next_token = "next_token"                     # ARC-Easy MCQA, Wikipedia (Table 3), embedded synthetic
-    image_classification = "image_classification"  # ImageNet-val perturbation (Table 4), Appendix F
-    image_segmentation = "image_segmentation"     # ImageNet-segmentation (Table 5)
 
 
 class Selection(Enum):
@@ -97,7 +72,10 @@ class ModelConfig:
     """``configs/model/<name>.yaml``."""
 
     name: str = MISSING
-    family: Family = MISSING
+    #: how the model is loaded (:data:`palrp_bench.models.loading.LOADERS`): ``hf`` (Hugging Face hub id or local
+    #: folder, optional NF4), ``timm`` (timm name or local checkpoint), ``embedded_text`` / ``embedded_vit`` (the
+    #: tiny models shipped with the package), ``selftest`` (no model: the harness self-test)
+    loader: str = MISSING
     kind: ModelKind = ModelKind.none
     #: hub id, timm name, local folder / checkpoint, or the embedded model's kind
     source: str = ""
@@ -119,9 +97,12 @@ class TaskConfig:
     """``configs/task/<name>.yaml``."""
 
     name: str = MISSING
-    kind: TaskKind = MISSING
-    #: dataset loader of :mod:`palrp_bench.data` (``imdb``, ``arc``, ``wikipedia``, ``imagenet``,
-    #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``) or ``selftest``
+    #: the task adapter evaluating it (:data:`palrp_bench.evaluation.tasks.TASK_KINDS`): ``text_classification``
+    #: (IMDB, Tables 1-2), ``next_token`` (ARC-Easy MCQA, Wikipedia, Table 3), ``image_classification`` (ImageNet
+    #: perturbation, Table 4, Appendix F), ``image_segmentation`` (Table 5), ``selftest``
+    kind: str = MISSING
+    #: dataset of :data:`palrp_bench.data.registry.DATASETS` (``imdb``, ``arc``, ``wikipedia``, ``imagenet``,
+    #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``), or ``selftest``
     dataset: str = MISSING
     #: local data path (IMDB CSV, ImageNet folder, ``gtsegs_ijcv.mat``); None for hub datasets / embedded data
     path: Optional[str] = None
@@ -129,12 +110,13 @@ class TaskConfig:
     pool_size: Optional[int] = None
     selection: Selection = Selection.all
     select_count: Optional[int] = None
-    #: evaluation protocols run on every sample (``configs/metric/``)
+    #: metrics evaluated on every sample (``configs/metric/``)
     metrics: List[str] = field(default_factory=list)
     #: the published task this one is compared with in reports (e.g. ``mcqa_noncausal`` -> ``mcqa``)
     paper_task: Optional[str] = None
-    #: PROTOCOL.md section 2 known defect: non-causal attention for ARC / Wikipedia (off = causal, correct)
-    official_noncausal: bool = False
+    #: causal attention (the default, correct). ``false`` reproduces the official code's known defect for ARC /
+    #: Wikipedia, whose attention was bidirectional (PROTOCOL.md section 2; the ``*_noncausal`` tasks)
+    causal: bool = True
     #: extra keyword arguments of the dataset loader / the self-test computation
     options: Dict[str, Any] = field(default_factory=dict)
 
@@ -148,11 +130,12 @@ class MethodConfig:
 
 @dataclass
 class MetricConfig:
-    """``configs/metric/<name>.yaml``: one evaluation protocol; ``metric=<name>`` restricts a run to it."""
+    """``configs/metric/<name>.yaml``: one evaluation a cell runs on every sample (its per-sample rows feed the
+    table metrics of :mod:`palrp_bench.metrics.registry`); ``metric=<name>`` restricts a run to it."""
 
     name: str = MISSING
-    #: task kinds the protocol applies to
-    applies_to: List[TaskKind] = field(default_factory=list)
+    #: task kinds it applies to
+    applies_to: List[str] = field(default_factory=list)
     description: str = ""
 
 
@@ -163,7 +146,7 @@ class CellBlock:
     models: List[str] = field(default_factory=list)
     tasks: List[str] = field(default_factory=list)
     methods: List[str] = field(default_factory=list)
-    #: evaluation protocols of these cells; empty = each task's ``metrics``
+    #: metrics of these cells; empty = each task's ``metrics``
     metrics: List[str] = field(default_factory=list)
 
 
@@ -189,7 +172,7 @@ class RunnerConfig:
     shard: Optional[int] = None
     #: samples explained together
     batch_size: int = 8
-    #: perturbed sequences / images per forward in the perturbation protocols (memory knob)
+    #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
     #: cap on the samples of each cell (first N of the selected samples in dataset order); None = all
     max_samples: Optional[int] = None

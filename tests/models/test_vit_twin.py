@@ -1,4 +1,4 @@
-"""DeiT / ViT twin: logit parity with timm, explanation contents, targets, batch invariance, the relevance
+"""ViT / DeiT twin: logit parity with timm, explanation contents, targets, batch invariance, the relevance
 accounting identity (float64), refusals of unsupported models and bad inputs, and the loader."""
 import dataclasses
 import math
@@ -10,12 +10,14 @@ import torch
 from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
-import palrp_bench
+from palrp_bench import explain
 from palrp_bench.errors import BadInputError, MissingDataError, UnsupportedModelError
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import OFFICIAL_VIT, Composite, get_composite
 from palrp_bench.methods.pixel_aggregation import paint_patches
-from palrp_bench.models.deit import DeitTwin, load_deit, one_hot_seed
+from palrp_bench.lrp.attribution import seed_gradient
+from palrp_bench.models.loading import load_timm_vit
+from palrp_bench.models.vit import VitTwin
 from palrp_bench.models.registry import twin_for
 
 OFFICIAL_VISION = Path(__file__).resolve().parents[1] / "data" / "official" / "vision"
@@ -67,7 +69,7 @@ def test_logit_parity_with_timm(kind):
     x = images(3, SIZES[kind], dtype=torch.float32)
     with torch.no_grad():
         expected = model(x)
-    twin = DeitTwin(model)
+    twin = VitTwin(model)
     for composite in COMPOSITES:
         for attention in ("sdpa", "eager"):
             leaf = x.clone().requires_grad_(True)
@@ -78,7 +80,7 @@ def test_logit_parity_with_timm(kind):
 def test_twin_leaves_the_model_untouched():
     model = make_vit("plain")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    e = DeitTwin(model).explain(images(2), method="pa_lrp", composite="official_vit")
+    e = explain(model, images(2), method="pa_lrp", rules="official_vit")
     assert e.scores.shape == (2, 32, 32)
     assert all(p.grad is None for p in model.parameters()), "no gradient may accumulate in the wrapped model"
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -88,7 +90,7 @@ def test_twin_leaves_the_model_untouched():
 def test_explanation_contents():
     model = make_vit("plain")
     x = images(3)
-    e = DeitTwin(model).explain(x, method="pa_lrp", composite="official_vit")
+    e = explain(model, x, method="pa_lrp", rules="official_vit")
     with torch.no_grad():
         logits = model(x)
     assert e.scores.shape == e.semantic.shape == (3, 32, 32)
@@ -115,8 +117,7 @@ def test_explanation_contents():
 def test_methods_share_one_pass_and_differ_only_in_aggregation():
     model = make_vit("plain")
     x = images(2)
-    twin = DeitTwin(model)
-    by_method = {m: twin.explain(x, method=m, composite="official_vit") for m in ("attnlrp", "pe_only", "pa_lrp")}
+    by_method = {m: explain(model, x, method=m, rules="official_vit") for m in ("attnlrp", "pe_only", "pa_lrp")}
     for m in ("pe_only", "pa_lrp"):
         assert torch.equal(by_method[m].semantic, by_method["attnlrp"].semantic)
         assert torch.equal(by_method[m].positional, by_method["attnlrp"].positional)
@@ -124,36 +125,34 @@ def test_methods_share_one_pass_and_differ_only_in_aggregation():
     assert torch.allclose(by_method["attnlrp"].scores, by_method["attnlrp"].semantic.clamp(min=0))
     assert torch.allclose(by_method["pe_only"].scores, painted.clamp(min=0))
     # different rules give different maps
-    other = twin.explain(x, method="pa_lrp", composite="attnlrp")
+    other = explain(model, x, method="pa_lrp", rules="attnlrp")
     assert not torch.allclose(other.semantic, by_method["pa_lrp"].semantic, atol=1e-6)
 
 
 def test_targets():
     model = make_vit("plain")
     x = images(3)
-    twin = DeitTwin(model)
     with torch.no_grad():
         logits = model(x)
-    e = twin.explain(x, method="pa_lrp", composite="official_vit", target=2)
+    e = explain(model, x, method="pa_lrp", rules="official_vit", target=2)
     assert e.target.tolist() == [2, 2, 2]
     assert torch.allclose(e.logit, logits[:, 2])
     t = torch.tensor([4, 0, 1])
-    e2 = twin.explain(x, method="pa_lrp", composite="official_vit", target=t)
+    e2 = explain(model, x, method="pa_lrp", rules="official_vit", target=t)
     assert e2.target.tolist() == [4, 0, 1]
-    single = twin.explain(x[1:2], method="pa_lrp", composite="official_vit", target=0)
+    single = explain(model, x[1:2], method="pa_lrp", rules="official_vit", target=0)
     assert torch.allclose(single.semantic[0], e2.semantic[1], atol=1e-12)
     for bad in (5, -1, torch.tensor([0, 1])):
         with pytest.raises(BadInputError):
-            twin.explain(x, method="pa_lrp", composite="official_vit", target=bad)
+            explain(model, x, method="pa_lrp", rules="official_vit", target=bad)
 
 
 @pytest.mark.parametrize("kind", ["plain", "distilled"])
 def test_batch_invariance(kind):
     model = make_vit(kind, dtype=torch.float32)
     x = images(4, dtype=torch.float32)
-    twin = DeitTwin(model)
-    full = twin.explain(x, method="pa_lrp", composite="official_vit")
-    parts = [twin.explain(x[a:b], method="pa_lrp", composite="official_vit") for a, b in ((0, 1), (1, 3), (3, 4))]
+    full = explain(model, x, method="pa_lrp", rules="official_vit")
+    parts = [explain(model, x[a:b], method="pa_lrp", rules="official_vit") for a, b in ((0, 1), (1, 3), (3, 4))]
     for name in ("scores", "semantic", "positional", "logit"):
         joined = torch.cat([getattr(p, name) for p in parts])
         ref = getattr(full, name)
@@ -163,27 +162,27 @@ def test_batch_invariance(kind):
         assert torch.allclose(torch.cat([p.extras[key] for p in parts]), full.extras[key], rtol=1e-5, atol=1e-7)
 
 
-def test_public_explain_dispatches_to_the_twin():
+def test_public_explain_dispatches_to_the_twin_with_its_default_rules():
     model = make_vit("plain")
     x = images(2)
-    assert isinstance(twin_for(model), DeitTwin)
-    e = palrp_bench.explain(model, x, method="pe_only")
+    assert isinstance(twin_for(model), VitTwin)
+    e = explain(model, x, method="pe_only")
     assert e.rules == "official_vit"
-    direct = DeitTwin(model).explain(x, method="pe_only", composite="official_vit")
+    direct = explain(model, x, method="pe_only", rules="official_vit")
     assert torch.equal(e.scores, direct.scores)
 
 
 # --------------------------------------------------------------------------------- accounting identity
 def ledger(model, x, composite, attention="sdpa", with_biases=False):
     """Per-sample (sinks, absorbed-by-softmax, absorbed-by-biases) for a starting relevance of 1.0."""
-    twin = DeitTwin(model)
+    twin = VitTwin(model)
     rec = rules.AttentionRecorder() if attention == "eager" else None
     leaf = x.clone().requires_grad_(True)
     out = twin.forward(leaf, composite, attention=attention, recorder=rec)
     explained = out.logits.max(-1).values
     sinks = [out.pixels, out.prefix, out.pos_embed]
     biases = [p for n, p in model.named_parameters() if n.endswith("bias")] if with_biases else []
-    grads = torch.autograd.grad(explained, sinks + biases, one_hot_seed(explained), allow_unused=True)
+    grads = torch.autograd.grad(explained, sinks + biases, seed_gradient(explained, "unit"), allow_unused=True)
     sink_total = sum((s * g).flatten(1).sum(1) for s, g in zip(sinks, grads[:3]))
     softmax = rec.absorbed() if rec is not None else torch.zeros_like(sink_total)
     # a bias is shared by the batch: b * grad_b sums over samples (used with single-sample batches only)
@@ -199,7 +198,7 @@ def test_cp_lrp_conserves_exactly_without_biases(kind):
     total, _, _ = ledger(model, x, "cp_lrp")
     assert torch.allclose(total, torch.ones_like(total), atol=1e-10, rtol=0)
     # the same identity read off the Explanation (pixels + patch PE + CLS/dist terms)
-    e = DeitTwin(model).explain(x, method="pa_lrp", composite="cp_lrp")
+    e = explain(model, x, method="pa_lrp", rules="cp_lrp")
     summed = e.extras["semantic_total_incl_prefix"] + e.extras["positional_total_incl_prefix"]
     assert torch.allclose(summed, torch.ones_like(summed), atol=1e-10, rtol=0)
     if kind == "distilled":
@@ -260,7 +259,6 @@ def test_non_vit_model_is_refused():
 
 def test_bad_inputs():
     model = make_vit("plain")
-    twin = DeitTwin(model)
     x = images(2)
     cases = [
         (dict(pixel_values=x[:, :, :16]), "does not match the model's 32x32"),
@@ -272,66 +270,66 @@ def test_bad_inputs():
         (dict(pixel_values=x, aggregation="eq11"), "not defined for vision"),
         (dict(pixel_values=x, method="pa_lrp_no_multisink"), "single sink"),
         (dict(pixel_values=x, attention_mask=torch.ones(2, 17)), "attention_mask"),
-        (dict(pixel_values=x, composite="no_such_rules"), "unknown rules"),
+        (dict(pixel_values=x, rules="no_such_rules"), "unknown rules"),
         (dict(pixel_values=x, attention="flash"), "unknown attention"),
-        (dict(pixel_values=x, composite=Composite("bad_roles", linear_gamma={"fc1": 0.1})), "unknown layer roles"),
+        (dict(pixel_values=x, rules=Composite("bad_roles", linear_gamma={"fc1": 0.1})), "unknown layer roles"),
     ]
     for overrides, match in cases:
-        kwargs = {"method": "pa_lrp", "composite": "official_vit", **overrides}
+        kwargs = {"method": "pa_lrp", "rules": "official_vit", **overrides}
+        pixels = kwargs.pop("pixel_values")
         with pytest.raises(BadInputError, match=match):
-            twin.explain(**kwargs)
+            explain(model, pixels, **kwargs)
     # a single image without batch dimension is accepted
-    assert twin.explain(x[0], method="pa_lrp", composite="official_vit").scores.shape == (1, 32, 32)
-    dyn = DeitTwin(make_vit("dynamic"))
+    assert explain(model, x[0], method="pa_lrp", rules="official_vit").scores.shape == (1, 32, 32)
     with pytest.raises(BadInputError, match="multiple of the patch size"):
-        dyn.explain(images(1, (36, 32)), method="pa_lrp", composite="official_vit")
+        explain(make_vit("dynamic"), images(1, (36, 32)), method="pa_lrp", rules="official_vit")
 
 
 # ------------------------------------------------------------------------------------------------ loading
 def test_load_local_official_checkpoint():
     ckpt = OFFICIAL_VISION / "deit_d2.pth"
-    model = load_deit("deit_tiny_patch16_224", checkpoint=ckpt, embed_dim=64, depth=2, num_heads=2, num_classes=10)
+    model = load_timm_vit("deit_tiny_patch16_224", checkpoint=ckpt, embed_dim=64, depth=2, num_heads=2, num_classes=10)
     assert not model.training
     state = torch.load(ckpt, map_location="cpu")["model"]
     assert torch.equal(model.pos_embed, state["pos_embed"]) and torch.equal(model.head.weight, state["head.weight"])
-    assert isinstance(twin_for(model), DeitTwin)
+    assert isinstance(twin_for(model), VitTwin)
 
 
 def test_load_errors(tmp_path):
     with pytest.raises(UnsupportedModelError, match="unknown timm model"):
-        load_deit("no_such_model_xyz", pretrained=False)
+        load_timm_vit("no_such_model_xyz", pretrained=False)
     with pytest.raises(MissingDataError, match="does not exist"):
-        load_deit(checkpoint=tmp_path / "missing.pth")
+        load_timm_vit(checkpoint=tmp_path / "missing.pth")
     garbage = tmp_path / "garbage.pth"
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(MissingDataError, match="cannot read"):
-        load_deit(checkpoint=garbage)
+        load_timm_vit(checkpoint=garbage)
     with pytest.raises(BadInputError, match="does not fit deit_tiny_patch16_224"):  # 192-dim default vs 64-dim file
-        load_deit("deit_tiny_patch16_224", checkpoint=OFFICIAL_VISION / "deit_d2.pth", depth=2, num_classes=10)
+        load_timm_vit("deit_tiny_patch16_224", checkpoint=OFFICIAL_VISION / "deit_d2.pth", depth=2, num_classes=10)
     # the hub is offline in the tests (conftest): fail fast with a clear message, never hang
     start = time.monotonic()
     with pytest.raises(MissingDataError, match="fb_in1k"):
-        load_deit("deit_tiny_patch16_224", pretrained=True)
+        load_timm_vit("deit_tiny_patch16_224", pretrained=True)
     assert time.monotonic() - start < 30
 
 
 def test_load_random_distilled_model_is_supported():
-    model = load_deit("deit_tiny_distilled_patch16_224", pretrained=False, depth=1, embed_dim=24, num_heads=2,
+    model = load_timm_vit("deit_tiny_distilled_patch16_224", pretrained=False, depth=1, embed_dim=24, num_heads=2,
                       num_classes=3)
-    assert DeitTwin(model).distilled
+    assert VitTwin(model).distilled
     assert get_composite("attnlrp_gamma").gamma_for("patch_embed") == 100.0
 
 
 def test_pretrained_weights_come_from_the_local_hub_cache(tmp_path, monkeypatch):
     """The ``.fb_in1k`` route without network: a cached file is loaded through timm's pretrained machinery."""
-    from palrp_bench.models import deit as deit_module
+    from palrp_bench.models import loading
 
     kwargs = dict(depth=1, embed_dim=24, num_heads=2)  # 1000 classes: timm re-initialises a head of another size
-    source = load_deit("deit_tiny_patch16_224", pretrained=False, **kwargs)
+    source = load_timm_vit("deit_tiny_patch16_224", pretrained=False, **kwargs)
     cached = tmp_path / "pytorch_model.bin"
     torch.save(source.state_dict(), cached)
     asked = []
-    monkeypatch.setattr(deit_module, "_cached_hub_file", lambda repo: asked.append(repo) or str(cached))
-    model = load_deit("deit_tiny_patch16_224", pretrained=True, **kwargs)
+    monkeypatch.setattr(loading, "cached_hub_file", lambda repo: asked.append(repo) or str(cached))
+    model = load_timm_vit("deit_tiny_patch16_224", pretrained=True, **kwargs)
     assert asked == ["timm/deit_tiny_patch16_224.fb_in1k"]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))

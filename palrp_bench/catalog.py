@@ -2,7 +2,7 @@
 
 An experiment lists several models / tasks / methods by name; the runner loads each one's group file here
 (``palrp_bench/configs/<group>/<name>.yaml``) instead of asking Hydra to compose it, and validates it with the
-dataclass of :mod:`palrp_bench.runner.schema`. Unknown names raise a one-line :class:`BadInputError` listing
+dataclass of :mod:`palrp_bench.schema`. Unknown names raise a one-line :class:`BadInputError` listing
 the available ones.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import BadInputError
+from .errors import BadInputError
 from .schema import GROUP_SCHEMAS
 
 #: the Hydra config tree shipped inside the package (the repository's top-level ``configs/`` points here)
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
 def available(group: str) -> list[str]:

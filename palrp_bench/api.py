@@ -1,0 +1,84 @@
+"""The public entry point ``palrp_bench.explain``: one explanation of a batch with a table-row method.
+
+It puts the layers together (docs/architecture.md): the method (:mod:`palrp_bench.methods`) says which composite
+and which sinks, the twin (:mod:`palrp_bench.models`) provides the LRP-aware forward,
+:func:`palrp_bench.lrp.attribution.attribute` runs one forward and one backward, and the method's aggregation turns
+semantic and positional relevance into the final scores (docs/protocol.md section 1).
+"""
+from __future__ import annotations
+
+import torch
+
+from .lrp.attribution import attribute
+from .lrp.composites import get_composite
+from .lrp.explanation import Explanation
+from .methods.pixel_aggregation import aggregate_pixels
+from .methods.registry import get_method
+from .methods.token_aggregation import aggregate_tokens
+from .models.registry import twin_for
+from .protocol import check_protocol
+
+__all__ = ["explain"]
+
+
+def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
+    """The IMDB sign fix (docs/protocol.md section 2): when the explained logit is negative, the signed semantic
+    and positional terms are multiplied by -1 before aggregation, so positive scores always mean "supports the
+    explained output". In place on ``parts``."""
+    sign = torch.where(logit < 0, -1.0, 1.0).to(device=parts["semantic"].device, dtype=parts["semantic"].dtype)
+    parts["semantic"] = parts["semantic"] * sign[:, None]
+    parts["positional"] = parts["positional"] * sign[:, None, None, None]
+
+
+def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
+            rules=None, protocol="official", correct_sign: bool | None = None, **options) -> Explanation:
+    """Explain a batch of inputs of ``model`` with ``method``.
+
+    Args:
+        model: the library model object as the user loaded it (Hugging Face ``LlamaForCausalLM`` /
+            ``LlamaForSequenceClassification``, incl. bitsandbytes 4-bit; timm ``VisionTransformer`` / DeiT).
+        inputs: ``input_ids`` ``[B, T]`` for language models, normalised ``pixel_values`` ``[B, 3, H, W]`` for
+            vision transformers.
+        attention_mask: ``[B, T]`` (language models; left or right padding).
+        method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``
+            (see :mod:`palrp_bench.methods.registry`).
+        target: ``None`` explains the arg-max (predicted class / next token after the last non-pad position);
+            an int or a ``[B]`` tensor selects another output.
+        aggregation: ``official`` (the official code's token aggregation, default) or ``eq11`` (paper Eq. 11).
+        rules: composite name overriding the method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
+            ``official_vit``, ``attnlrp_gamma``).
+        protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
+        correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
+        options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; vision:
+            ``attention``).
+
+    Returns:
+        :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
+        ``logit``, ``target`` (shapes documented there).
+    """
+    protocol = check_protocol(protocol)
+    m = get_method(method)
+    twin = twin_for(model)
+    composite = get_composite(rules or m.composite or twin.default_composite)
+    if correct_sign is None:
+        correct_sign = protocol == "corrected" and getattr(twin, "is_classifier", False)
+    prepared = twin.prepare(inputs, attention_mask)
+    sinks = m.positional_sinks or not twin.positional.affects_semantic
+    attribution = attribute(lambda: twin.run(prepared, composite, positional_sinks=sinks, **options), target,
+                            starting_relevance=twin.starting_relevance)
+    parts = twin.summarize(prepared, attribution)
+    if twin.modality == "tokens":
+        if correct_sign:
+            _correct_sign(parts, attribution.logit)
+        scores = aggregate_tokens(m, aggregation, semantic=parts["semantic"], semantic_relu=parts["semantic_relu"],
+                                  positional=parts["positional"], positional_relu=parts["positional_relu"],
+                                  positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"])
+        extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
+                  "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
+    else:
+        scores = aggregate_pixels(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
+                                  patch_size=twin.patch_size)
+        extras = parts["extras"]
+    return Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
+                       logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
+                       aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)

@@ -1,0 +1,53 @@
+"""Task adapters: the one place that knows how a kind of task evaluates its samples (DESIGN.md data flow).
+
+One module per task kind, registered by decorator (:func:`register_task`): ``text_classification`` (IMDB,
+Tables 1-2), ``next_token`` (ARC-Easy MCQA, Wikipedia, Table 3), ``image_classification`` (ImageNet
+perturbation, Table 4, Appendix F), ``image_segmentation`` (Table 5) and ``selftest`` (the harness self-test).
+Every module of this package is imported when the registry is first used, so a new task kind is one module.
+
+An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
+
+* ``load_samples(task, bundle) -> list``: the candidate pool in dataset order (stable ``sample_id``s);
+* ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (tasks with a
+  prediction-dependent selection, PROTOCOL.md section 2);
+* ``evaluate(bundle, samples, ctx, metrics) -> list[SampleResult]``: explain a batch with the cell's method and
+  run the given metrics (the cell's metric configs not stored yet for these samples), returning per-sample rows
+  ``(metric, variant, step, value)``. An explanation found in the cell's explanation cache (``ctx.cache``) is
+  reused instead of recomputed.
+
+The runner does everything else (selection, sharding, resume, storage). Per-sample results must not depend on
+which other samples share the batch. A sample whose relevance is NaN or infinite is not fatal: its result carries
+one row ``nonfinite_relevance = 1`` and no metric rows.
+"""
+from __future__ import annotations
+
+from ...discovery import import_package_modules
+from ...errors import BadInputError
+from .base import JobContext, ModelBundle, SampleResult, TaskAdapter, nonfinite_result
+
+__all__ = ["TASK_KINDS", "register_task", "task_adapter", "task_kinds", "JobContext", "ModelBundle",
+           "SampleResult", "TaskAdapter", "nonfinite_result"]
+
+TASK_KINDS: dict[str, type] = {}
+
+
+def register_task(kind: str):
+    """Class decorator: the adapter evaluating tasks of ``kind``."""
+    def deco(cls):
+        TASK_KINDS[kind] = cls
+        return cls
+    return deco
+
+
+def task_kinds() -> list[str]:
+    """Every registered task kind (imports the modules of this package once)."""
+    import_package_modules(__name__)
+    return sorted(TASK_KINDS)
+
+
+def task_adapter(kind: str) -> TaskAdapter:
+    """A fresh adapter of a task kind, or a one-line :class:`BadInputError`."""
+    kinds = task_kinds()
+    if kind not in TASK_KINDS:
+        raise BadInputError(f"no task adapter for task kind {kind!r}", f"use one of: {', '.join(kinds)}")
+    return TASK_KINDS[kind]()

@@ -1,0 +1,67 @@
+"""What task adapters receive and return (:mod:`palrp_bench.evaluation.tasks`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...rundir import NO_VARIANT, NONFINITE_METRIC, SCALAR
+
+__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result"]
+
+
+@dataclass
+class ModelBundle:
+    """A loaded model on its device: the library model object (None for the self-test), its tokenizer (text) and
+    the model config it came from."""
+
+    config: Any
+    model: Any
+    tokenizer: Any
+    device: str
+    extras: dict = field(default_factory=dict)
+
+
+@dataclass
+class JobContext:
+    """Everything an adapter needs besides the model and the samples: the cell's task config and settings, the
+    metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device and
+    the perturbation forward batch size."""
+
+    task: Any
+    method: str
+    rules: str | None
+    aggregation: str
+    protocol: str
+    metrics: tuple[str, ...]
+    device: str = "cpu"
+    cache: Any = None
+    forward_batch_size: int = 64
+
+
+@dataclass
+class SampleResult:
+    """What an adapter returns for one sample: result rows, descriptive info, and arrays worth caching."""
+
+    sample_id: str
+    rows: list[tuple[str, str, float | None, float]]
+    info: dict = field(default_factory=dict)
+    explanation: dict[str, np.ndarray] | None = None
+
+    @property
+    def nonfinite(self) -> bool:
+        return any(r[0] == NONFINITE_METRIC for r in self.rows)
+
+
+class TaskAdapter(Protocol):
+    def load_samples(self, task, bundle) -> list: ...
+
+    def correct(self, bundle, samples: list, ctx: JobContext) -> list[bool]: ...
+
+    def evaluate(self, bundle, samples: list, ctx: JobContext, metrics: tuple[str, ...]) -> list[SampleResult]: ...
+
+
+def nonfinite_result(sample_id: str, info: dict | None = None) -> SampleResult:
+    """The record of a sample whose relevance contains NaN or inf."""
+    return SampleResult(sample_id, [(NONFINITE_METRIC, NO_VARIANT, SCALAR, 1.0)], dict(info or {}, nonfinite=True))

@@ -1,0 +1,83 @@
+"""``task=selftest``: the harness self-test. No model, no data: deterministic numbers from each sample id, shaped
+like the NLP perturbation rows (so the whole report path runs), with switches to slow a run down (kill / resume
+tests) and to inject non-finite relevance."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...data.sample_ids import stable_hash
+from ...errors import BadInputError
+from ...metrics.auc import NLP_FRACTIONS
+from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from . import register_task
+from .base import SampleResult, nonfinite_result
+
+
+@dataclass
+class SelftestSample:
+    sample_id: str
+    index: int
+
+
+def selftest_values(sample_id: str, method: str) -> dict[str, np.ndarray]:
+    """Deterministic pseudo-curves of one sample: a function of ``(sample_id, method)`` only."""
+    rng = np.random.default_rng(stable_hash(f"{method}|{sample_id}"))
+    x = NLP_FRACTIONS.grid
+    slope = rng.uniform(0.2, 0.8)
+    return {
+        "generation_ac": np.clip(0.2 + slope * x + rng.normal(0, 0.02, x.size), 0, 1),
+        "pruning_ac": np.clip(0.9 - slope * x + rng.normal(0, 0.02, x.size), 0, 1),
+        "generation_mse": np.abs(rng.normal(5.0, 1.0, x.size)) * (1 - x),
+        "pruning_mse": np.abs(rng.normal(5.0, 1.0, x.size)) * x,
+        "scores": rng.normal(size=8),
+    }
+
+
+def selftest_correct(sample_id: str) -> bool:
+    """The self-test's pseudo "correct prediction" (two thirds of the ids), for selection rules."""
+    return stable_hash(f"correct|{sample_id}") % 3 != 0
+
+
+@register_task("selftest")
+class SelftestAdapter:
+    """``task=selftest``: options ``n`` (samples), ``delay_s`` (seconds per sample, to let tests kill a run
+    mid-way), ``nonfinite_every`` (every k-th sample gets a NaN relevance; 0 = never)."""
+
+    def load_samples(self, task, bundle) -> list[SelftestSample]:
+        n = int(task.options.get("n", 40))
+        if n < 1:
+            raise BadInputError(f"task.options.n must be >= 1, got {n}", "set task.options.n to a positive integer")
+        return [SelftestSample(f"selftest-{i:05d}", i) for i in range(n)]
+
+    def correct(self, bundle, samples, ctx) -> list[bool]:
+        return [selftest_correct(s.sample_id) for s in samples]
+
+    def evaluate(self, bundle, samples, ctx, metrics=("selftest",)) -> list[SampleResult]:
+        options = ctx.task.options
+        delay = float(options.get("delay_s", 0.0))
+        every = int(options.get("nonfinite_every", 0))
+        results = []
+        for sample in samples:
+            if delay:
+                time.sleep(delay)
+            values = selftest_values(sample.sample_id, ctx.method)
+            info = {"rules": ctx.rules or "none", "aggregation": ctx.aggregation}
+            if every and sample.index % every == 0:
+                values["scores"][0] = math.nan
+            if not np.isfinite(values["scores"]).all():
+                results.append(nonfinite_result(sample.sample_id, info))
+                continue
+            rows: list[tuple[str, str, float | None, float]] = []
+            for variant in ("generation", "pruning"):
+                for metric in ("ac", "mse"):
+                    rows += [(metric, variant, step, float(v))
+                             for step, v in zip(NLP_FRACTIONS.labels, values[f"{variant}_{metric}"])]
+            rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(selftest_correct(sample.sample_id))))
+            results.append(SampleResult(sample.sample_id, rows, info,
+                                        {"scores": values["scores"].astype(np.float32)}))
+        return results
+

@@ -1,0 +1,254 @@
+"""Loading models as the user would, with one-line errors: Hugging Face decoders (optionally bitsandbytes 4-bit
+NF4), timm vision transformers (DeiT: PROTOCOL.md section 5), and the registry of model loaders the runner uses.
+
+* :func:`load_hf_model`: a ``*ForCausalLM`` / ``*ForSequenceClassification`` from the hub or a local folder.
+* :func:`keep_4bit_differentiable`: stops bitsandbytes repacking 4-bit weights into a format without gradients.
+* :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub.
+* :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..errors import BadInputError, MissingDataError, UnsupportedModelError
+from ..hub import cached_hub_file, hub_offline, hub_reachable
+
+__all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
+           "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS"]
+
+#: dtype names of the model configs (torch attribute names)
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bfloat16",
+                  quantization: str | None = None, num_labels: int = 2, device_map: str | None = None, **kwargs):
+    """Load a Hugging Face decoder from the hub or a local folder (real checkpoints on GPU machines).
+
+    ``kind``: ``causal`` (``AutoModelForCausalLM``) or ``classifier`` (``AutoModelForSequenceClassification``, pad =
+    eos as the official IMDB setup). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
+    "LLaMA-2 7B quantized"). Errors (offline hub, missing folder) become one-line :class:`MissingDataError`.
+    """
+    import torch
+    import transformers
+
+    if dtype not in DTYPES:
+        raise BadInputError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+    torch_dtype = getattr(torch, dtype)
+    cls = {"causal": transformers.AutoModelForCausalLM,
+           "classifier": transformers.AutoModelForSequenceClassification}.get(kind)
+    if cls is None:
+        raise BadInputError(f"unknown model kind {kind!r}", "use causal or classifier")
+    if kind == "classifier":
+        kwargs.setdefault("num_labels", num_labels)
+    if quantization == "nf4":
+        kwargs["quantization_config"] = transformers.BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch_dtype)
+        device_map = device_map or ("auto" if torch.cuda.is_available() else "cpu")
+    elif quantization not in (None, "none"):
+        raise BadInputError(f"unknown quantization {quantization!r}", "use nf4 or none")
+    try:
+        model = cls.from_pretrained(name_or_path, dtype=torch_dtype, device_map=device_map, **kwargs)
+    except OSError as err:
+        raise MissingDataError(f"cannot load model {name_or_path!r}: {str(err).splitlines()[0]}",
+                               "check the name/path, log in with `hf auth login` for gated LLaMA weights, or "
+                               "pre-download the checkpoint and pass its local folder") from None
+    if kind == "classifier" and model.config.pad_token_id is None:
+        model.config.pad_token_id = model.config.eos_token_id
+    model.eval()
+    keep_4bit_differentiable(model)
+    return model
+
+
+def keep_4bit_differentiable(model) -> None:
+    """Stop bitsandbytes from repacking 4-bit weights for CPU inference, or fail clearly if it already did.
+
+    On CPUs with AVX512-BF16, bitsandbytes (0.50) converts a ``Linear4bit`` weight to a packed CPU format at the
+    first forward that runs without gradients in eval mode (e.g. a perturbation step). The packed path computes
+    different numbers and returns no input gradient, which would silently zero the relevance of every later
+    explanation. The switch is a per-module attribute, so this touches only the given model object.
+    """
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            state = getattr(getattr(module, "weight", None), "quant_state", None)
+            if state is not None and getattr(state, "packing_format_for_cpu", False):
+                raise BadInputError(
+                    "this 4-bit model already ran an inference forward on the CPU and bitsandbytes repacked its "
+                    "weights (no gradients through them any more)",
+                    "load it with palrp_bench.models.loading.load_hf_model, or explain before any torch.no_grad() forward")
+            module.support_avx512bf16_for_cpu = False
+
+
+# ------------------------------------------------------------------------------------------------ timm ViTs
+def load_timm_vit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None = None, pretrained: bool = True,
+              **model_kwargs):
+    """Load a DeiT / ViT as a timm model in eval mode (PROTOCOL.md section 5).
+
+    * ``checkpoint``: a local file, e.g. an official facebookresearch/deit ``.pth`` (``{'model': state_dict}``;
+      ``{'state_dict': ...}`` and bare state dicts work too), loaded strictly into ``timm.create_model(name)``
+      (timm's ViT checkpoint filter adapts legacy layouts and resamples a position embedding of another size).
+    * else ``pretrained=True``: timm's ``{name}.fb_in1k`` weights (= the official DeiT checkpoints) from the local
+      Hugging Face cache, or downloaded when the hub is reachable (never waits on an unreachable hub).
+    * else a randomly initialised model.
+
+    ``model_kwargs`` go to ``timm.create_model`` (e.g. ``num_classes``, ``embed_dim``, ``depth`` for custom
+    checkpoints; with pretrained weights a different ``num_classes`` gets a freshly initialised head, as in timm). Problems raise one-line :class:`UnsupportedModelError` (unknown name),
+    :class:`MissingDataError` (file missing / unreadable, weights unavailable offline) or :class:`BadInputError`
+    (checkpoint does not fit the architecture).
+    """
+    import timm
+
+    base, _, tag = str(name).partition(".")
+    if not timm.is_model(base):
+        raise UnsupportedModelError(f"unknown timm model {name!r}",
+                                    "use e.g. deit_tiny_patch16_224, deit_small_patch16_224 or deit_base_patch16_224")
+    if checkpoint is not None:
+        state = _read_checkpoint(Path(checkpoint))
+        model = _create(timm, base, False, model_kwargs)
+        _load_state(model, state, Path(checkpoint).name, base)
+    elif pretrained:
+        tagged = f"{base}.{tag or 'fb_in1k'}"
+        model = _create_pretrained(timm, tagged, model_kwargs)
+    else:
+        model = _create(timm, base, False, model_kwargs)
+    return model.eval()
+
+
+def _create(timm, name: str, pretrained: bool, kwargs: dict, **extra):
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs, **extra)
+    except TypeError as err:
+        raise BadInputError(f"bad model arguments for {name}: {err}", "pass only timm VisionTransformer "
+                                                                       "arguments (e.g. num_classes)") from None
+
+
+def _read_checkpoint(path: Path) -> dict:
+    import torch
+
+    if not path.is_file():
+        raise MissingDataError(f"checkpoint {path} does not exist",
+                               "download the official DeiT weights from https://github.com/facebookresearch/deit "
+                               "(e.g. deit_tiny_patch16_224-a1311bcf.pth) or fix the path")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise MissingDataError(f"cannot read checkpoint {path} ({type(err).__name__})",
+                               "pass a PyTorch .pth/.pt file holding a state dict") from None
+    if not isinstance(state, dict):
+        raise MissingDataError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict",
+                               "save model.state_dict() (or {'model': state_dict})")
+    return state
+
+
+def _load_state(model, state: dict, filename: str, name: str) -> None:
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    try:
+        state = checkpoint_filter_fn(state, model)
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, KeyError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BadInputError(f"checkpoint {filename} does not fit {name}: {first}",
+                            "pass the architecture it was trained with (name, and e.g. num_classes / embed_dim / "
+                            "depth as keyword arguments)") from None
+
+
+def _create_pretrained(timm, tagged: str, kwargs: dict):
+    from timm.models import get_pretrained_cfg
+
+    fix = (f"download {tagged} once with network access (timm.create_model('{tagged}', pretrained=True)) or pass "
+           "checkpoint=<official .pth from https://github.com/facebookresearch/deit>")
+    cfg = get_pretrained_cfg(tagged)
+    if cfg is None:
+        raise UnsupportedModelError(f"timm has no pretrained weights {tagged!r}", "check the tag (e.g. .fb_in1k)")
+    cached = cached_hub_file(cfg.hf_hub_id) if cfg.hf_hub_id else None
+    if cached is not None:
+        return _create(timm, tagged, True, kwargs, pretrained_cfg_overlay={"file": cached})
+    if hub_offline() or not hub_reachable(timeout=3.0):
+        raise MissingDataError(f"pretrained weights {tagged} are not in the local cache and the hub is unreachable",
+                               fix)
+    try:
+        return _create(timm, tagged, True, kwargs)
+    except (OSError, ConnectionError, RuntimeError) as err:
+        raise MissingDataError(f"cannot download {tagged} ({type(err).__name__})", fix) from None
+
+
+def load_tokenizer(name_or_path: str):
+    """``AutoTokenizer.from_pretrained`` with a one-line :class:`MissingDataError`."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise MissingDataError(f"cannot load tokenizer {name_or_path!r}: {str(err).splitlines()[0]}",
+                               "check model.tokenizer / model.source, log in with `hf auth login` for gated "
+                               "LLaMA repos, or pre-download it and pass the local folder") from None
+
+
+# ---------------------------------------------------------------------------------------------------- registry
+#: ``model.loader`` -> function ``(config, device) -> (model, tokenizer)``; ``config`` has the fields of a model
+#: config (``source``, ``kind``, ``dtype``, ``quantization``, ``checkpoint``, ``tokenizer``)
+LOADERS: dict[str, Callable] = {}
+
+
+def register_loader(name: str):
+    """Decorator: the function loading models of ``model.loader == name``."""
+    def deco(fn):
+        LOADERS[name] = fn
+        return fn
+    return deco
+
+
+def _value(x):
+    return getattr(x, "value", x)
+
+
+@register_loader("hf")
+def _load_hf(cfg, device: str):
+    quant = None if _value(cfg.quantization) == "none" else _value(cfg.quantization)
+    device_map = {"": device} if quant is not None else None
+    model = load_hf_model(cfg.source, kind=_value(cfg.kind), dtype=_value(cfg.dtype), quantization=quant,
+                          device_map=device_map)
+    if quant is None:
+        model = model.to(device)
+    return model, load_tokenizer(cfg.tokenizer or cfg.source)
+
+
+@register_loader("timm")
+def _load_timm(cfg, device: str):
+    return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
+
+
+@register_loader("embedded_text")
+def _load_embedded_text(cfg, device: str):
+    from ..data import synthetic_text
+
+    model = synthetic_text.load_tiny_text_model(cfg.source)
+    return model.to(device).eval(), synthetic_text.load_tiny_tokenizer()
+
+
+@register_loader("embedded_vit")
+def _load_embedded_vit(cfg, device: str):
+    from ..data import synthetic_vision
+
+    return synthetic_vision.load_tiny_vit().to(device).eval(), None
+
+
+@register_loader("selftest")
+def _load_nothing(cfg, device: str):
+    """The harness self-test has no model."""
+    return None, None
+
+
+#: loaders that never touch the network (the embedded default runs with the hub switched off)
+OFFLINE_LOADERS = ("embedded_text", "embedded_vit", "selftest")
+
+
+def load_model(cfg, device: str):
+    """``(model, tokenizer)`` of a model config on ``device`` via its ``loader`` (:data:`LOADERS`)."""
+    loader = LOADERS.get(_value(cfg.loader))
+    if loader is None:
+        raise BadInputError(f"unknown model loader {_value(cfg.loader)!r} (model {cfg.name})",
+                            f"set model.loader to one of: {', '.join(sorted(LOADERS))}")
+    return loader(cfg, device)
