@@ -9,7 +9,7 @@ For every sample, fractions ``f = 0.0, 0.1, ..., 1.0`` (11 steps) of the ``N`` r
 
 Per step the tracked class gives AC = softmax probability and MSE = squared change of the logits against the
 unperturbed forward. :data:`TASKS` holds the per-task rules as data (tracked class, pruning key, MSE rule, which
-head the model has, whether the official run was causal).
+head the model has).
 
 Every perturbed copy of every sample (11 steps x 2 variants x B samples, plus the unperturbed input; identical
 rows evaluated once) goes through batched forwards of the Hugging Face model, ``batch_size`` rows at a time.
@@ -26,7 +26,9 @@ Official-code facts reproduced under ``protocol="official"`` (github.com/YardenB
   are never counted nor replaced under either protocol.
 * ``keep_bos``: the official code may replace BOS (position 0) like any token. Corrected: BOS stays.
 * ``causal`` (MCQA / Wikipedia): the official ARC and Wikipedia runs reached the attention without a causal mask,
-  i.e. the model attended bidirectionally. ``causal=False`` reproduces it by passing a 4D additive float mask that
+  i.e. the model attended bidirectionally. This defect is reproduced only when asked for: ``causal=True`` is the
+  default under both protocols (the CLI's ``*_noncausal`` tasks pass ``causal=False``), so a switch never turns a
+  model bidirectional behind the user's back. ``causal=False`` passes a 4D additive float mask that
   allows every (query, key) pair among real tokens (verified against the official
   ``nlp_causal_official_noncausal.npz`` logits); IMDB is always causal.
 * ``restore_id0_tokens``: in generation the official code keeps every position whose original id is 0 (a
@@ -92,7 +94,6 @@ class PerturbationTask:
     * ``tracked``: ``"label"`` (ground truth, IMDB) or ``"prediction"`` (arg-max of the unperturbed logits).
     * ``pruning_key``: ``"abs"`` (ascending ``|relevance|``) or ``"signed"`` (ascending relevance).
     * ``mse_over``: ``"all_logits"`` (sum over every class logit) or ``"tracked_logit"``.
-    * ``official_causal``: whether the official run applied a causal mask.
     """
 
     name: str
@@ -100,15 +101,13 @@ class PerturbationTask:
     tracked: Literal["label", "prediction"]
     pruning_key: Literal["abs", "signed"]
     mse_over: Literal["all_logits", "tracked_logit"]
-    official_causal: bool
     paper_table: str
 
 
 TASKS: dict[str, PerturbationTask] = {
-    "imdb": PerturbationTask("imdb", "classifier", "label", "abs", "all_logits", True, "Tables 1-2"),
-    "mcqa": PerturbationTask("mcqa", "causal_lm", "prediction", "signed", "tracked_logit", False,
-                             "Table 3 (left, ARC-Easy)"),
-    "wikipedia": PerturbationTask("wikipedia", "causal_lm", "prediction", "signed", "tracked_logit", False,
+    "imdb": PerturbationTask("imdb", "classifier", "label", "abs", "all_logits", "Tables 1-2"),
+    "mcqa": PerturbationTask("mcqa", "causal_lm", "prediction", "signed", "tracked_logit", "Table 3 (left, ARC-Easy)"),
+    "wikipedia": PerturbationTask("wikipedia", "causal_lm", "prediction", "signed", "tracked_logit",
                                   "Table 3 (right)"),
 }
 
@@ -131,14 +130,13 @@ def _task(name: str) -> PerturbationTask:
         raise BadInputError(f"unknown perturbation task {name!r}", f"use one of: {', '.join(TASKS)}") from None
 
 
-def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool | None = None,
+def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool = True,
                      exclude_padding: bool | None = None, keep_bos: bool | None = None,
                      restore_id0_tokens: bool | None = None) -> PerturbationSettings:
-    """Fill unset switches from ``protocol`` (official: as the official code ran; corrected: all fixes on)."""
+    """Fill unset switches from ``protocol`` (official: as the official code ran; corrected: all fixes on).
+    ``causal`` is not one of them: causal attention unless ``causal=False`` is asked for (module docstring)."""
     protocol = check_protocol(protocol)
     official = protocol == "official"
-    if causal is None:
-        causal = task.official_causal if official else True
     if task.head == "classifier" and not causal:
         raise BadInputError(f"causal=False is not defined for task {task.name!r}",
                             "the sequence classifier always runs causally; drop causal=False")
@@ -364,7 +362,7 @@ def _check_right_padded(real: torch.Tensor, index: int) -> None:
 
 
 def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mask=None, labels=None,
-                            unk_id=None, protocol="official", *, predicted=None, causal=None,
+                            unk_id=None, protocol="official", *, predicted=None, causal=True,
                             exclude_padding=None, keep_bos=None, batch_size=None, tokenizer=None,
                             restore_id0_tokens=None, show_progress: bool = True) -> dict:
     """Per-sample generation and pruning curves of PROTOCOL.md section 2 (Tables 1-3).
@@ -383,8 +381,9 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
         protocol: ``"official"`` or ``"corrected"``: defaults of the switches below.
         predicted: ``[B]`` tracked token ids for MCQA / Wikipedia (default: arg-max of the unperturbed forward
             under the same attention, as the official code does). Not allowed for IMDB.
-        causal, exclude_padding, keep_bos, restore_id0_tokens: the corrections (module docstring);
-            ``None`` = the protocol's choice.
+        causal: causal attention (default); ``False`` reproduces the official non-causal ARC / Wikipedia runs.
+        exclude_padding, keep_bos, restore_id0_tokens: the corrections (module docstring); ``None`` = the
+            protocol's choice.
         batch_size: rows (perturbed sequences) per forward; ``None`` = every row of the call in one forward.
         show_progress: tqdm bar over the forward chunks.
 

@@ -39,7 +39,8 @@ def summary_text(metrics: pd.DataFrame, confidence: float = 0.95) -> str:
                 cells.append(_cell_text(hit.iloc[0]) if len(hit) else "-")
             rows.append(cells)
         first = rdf.iloc[0]
-        title = (f"{model} / {task}  (protocol={first['protocol']}, aggregation={first['aggregation']}, "
+        title = (f"{model} / {task}  (protocol={first['protocol']}, causal={first['causal']}, "
+                 f"aggregation={first['aggregation']}, "
                  f"{int(round(confidence * 100))}% CI: BCa bootstrap)")
         blocks.append(title + "\n" + markdown_table(headers, rows))
     return "\n\n".join(blocks)

@@ -75,7 +75,7 @@ def comparison_frame(reproduced: pd.DataFrame, published: pd.DataFrame) -> pd.Da
     df["higher_is_better"] = [direction(m, v, h) for m, v, h in zip(df["metric"], df["variant"],
                                                                     df["higher_is_better"])]
     cols = ["table", "model", "task", "run_task", "method", "variant", "metric", "published", "reproduced",
-            "ci_low", "ci_high", "difference", "n", "higher_is_better", "interval", "protocol", "aggregation",
+            "ci_low", "ci_high", "difference", "n", "higher_is_better", "interval", "protocol", "causal", "aggregation",
             "rules", "quantization", "dtype", "run"]
     for c in cols:
         if c not in df.columns:

@@ -2,7 +2,7 @@
 (DESIGN.md "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
-plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, rules,
+plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal, rules,
 aggregation. Scalar metrics have an empty ``step``. A sample whose relevance was non-finite has a single row
 ``metric=nonfinite_relevance, value=1``.
 
@@ -72,6 +72,7 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
         frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "metric", "variant", "step", "value"])
         for col in ("model", "quantization", "dtype", "task", "paper_task", "protocol", "method"):
             frame[col] = cell[col]
+        frame["causal"] = bool(cell.get("causal", cell["settings"]["task"].get("causal", True)))
         frame["run"] = run_id
         frames.append(frame[RESULT_COLUMNS])
         cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],

@@ -88,7 +88,8 @@ class Cell:
                 "task": self.task.name, "method": self.method,
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
-                "protocol": self.protocol, "aggregation": self.aggregation, "rules": self.rules,
+                "protocol": self.protocol, "causal": bool(self.task.causal), "aggregation": self.aggregation,
+                "rules": self.rules,
                 "fingerprint": self.fingerprint(), "settings": self.settings()}
 
 

@@ -123,19 +123,18 @@ def test_readout_reproduces_official_attention(lm_model, causal, fixture):
     np.testing.assert_allclose(logits.max(-1).values.numpy(), official["logit"], rtol=0, atol=1e-5)
 
 
-def test_official_wikipedia_defaults_to_non_causal(lm_model):
+@pytest.mark.parametrize("protocol", ["official", "corrected"])
+def test_causal_by_default_under_both_protocols_non_causal_only_when_asked(lm_model, protocol):
+    """PROTOCOL.md section 2: the official non-causal defect is reproduced only with an explicit causal=False."""
     input_ids, mask, scores = _wiki_batch()
-    default = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, unk_id=UNK,
-                                      show_progress=False)
-    explicit = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, unk_id=UNK, causal=False,
-                                       show_progress=False)
-    causal = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, unk_id=UNK, causal=True,
-                                     show_progress=False)
-    np.testing.assert_array_equal(default["pruning"]["ac"], explicit["pruning"]["ac"])
-    assert np.abs(default["pruning"]["ac"] - causal["pruning"]["ac"]).max() > 1e-4
-    assert resolve_settings(TASKS["wikipedia"], "corrected").causal is True
-    assert resolve_settings(TASKS["mcqa"], "official").causal is False
-    assert resolve_settings(TASKS["imdb"], "official").causal is True
+    kwargs = dict(unk_id=UNK, protocol=protocol, show_progress=False)
+    default = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, **kwargs)
+    causal = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, causal=True, **kwargs)
+    noncausal = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, causal=False, **kwargs)
+    np.testing.assert_array_equal(default["pruning"]["ac"], causal["pruning"]["ac"])
+    assert np.abs(default["pruning"]["ac"] - noncausal["pruning"]["ac"]).max() > 1e-4
+    for task in ("wikipedia", "mcqa", "imdb"):
+        assert resolve_settings(TASKS[task], protocol).causal is True
 
 
 # ----------------------------------------------------------------------------------------------- rules
@@ -231,7 +230,7 @@ def test_wikipedia_matches_slow_reference_non_causal(lm_model):
     input_ids, mask, _ = _wiki_batch()
     scores = torch.randn(input_ids.shape, generator=torch.Generator().manual_seed(1))
     curves = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, unk_id=UNK,
-                                     protocol="official", show_progress=False)
+                                     protocol="official", causal=False, show_progress=False)
     refs = [_reference_curves(lm_model, input_ids[b], mask[b], scores[b], "wikipedia", count_pads=False)
             for b in range(input_ids.shape[0])]
     _assert_close_to_reference(curves, refs)

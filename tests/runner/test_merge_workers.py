@@ -22,6 +22,7 @@ def test_tidy_csv_is_long_and_self_describing(tmp_path):
     assert list(df.columns) == RESULT_COLUMNS
     assert set(df.run) == {"r1"} and set(df.model) == {"selftest"} and set(df.task) == {"selftest"}
     assert set(df.protocol) == {"corrected"} and set(df.rules) == {"cp_lrp"} and set(df.quantization) == {"none"}
+    assert set(df.causal) == {True}  # every row says whether attention was causal
     assert set(df.aggregation) == {"official"} and set(df.dtype) == {"float32"}
     assert len(df) == 2 * 6 * 45
     scalar = df[df.metric == "correct"]
@@ -93,3 +94,10 @@ def test_step_values_are_exact_fractions(tmp_path):
     run(compose_cfg(tmp_path, *SELFTEST, "task.options.n=2"), out=open("/dev/null", "w"))
     steps = sorted(read_results(tmp_path).step.dropna().unique())
     assert all(math.isclose(s, k / 10, abs_tol=1e-12) for s, k in zip(steps, range(11)))
+
+
+def test_a_non_causal_task_says_so_in_every_row(tmp_path):
+    run(compose_cfg(tmp_path / "r1", *SELFTEST, "task.options.n=3", "task.causal=false"), out=open("/dev/null", "w"))
+    df = read_results(tmp_path / "r1")
+    metrics = pd.read_csv(tmp_path / "r1/metrics.csv")
+    assert set(df.causal) == {False} and set(metrics.causal) == {False}
