@@ -38,6 +38,8 @@ class Composite:
     * ``attn_qk_share``: split of the relevance of ``Q K^T`` (to each of Q and K)
     * ``linear_gamma``: gamma of the generalised gamma rule per linear-layer role (vision only; an empty
       mapping means the epsilon rule, i.e. plain gradient, everywhere)
+    * ``stabilizable``: the epsilon-type rules take the ``stabilizers`` switch (:mod:`palrp_bench.lrp.stabilizers`);
+      False for plain Gradient x Input, which stays unmodified whatever the switch says
     """
 
     name: str
@@ -48,6 +50,7 @@ class Composite:
     attn_value_share: float = 0.5
     attn_qk_share: float = 0.5
     linear_gamma: dict = field(default_factory=dict)
+    stabilizable: bool = True
 
     def __hash__(self):  # dict field: hash by name (composites are registered by unique name)
         return hash(self.name)
@@ -61,7 +64,7 @@ ATTNLRP = Composite("attnlrp")
 CP_LRP = Composite("cp_lrp", activation="constant", norm="identity", product="uniform",
                    attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5)
 GRAD_X_INPUT = Composite("grad_x_input", activation="gradient", norm="gradient", product="gradient",
-                         attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0)
+                         attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0, stabilizable=False)
 OFFICIAL_VIT = Composite("official_vit", activation="identity", norm="identity", product="uniform",
                          attn_weights_share=0.0, attn_value_share=0.5, attn_qk_share=0.5,
                          linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})

@@ -162,16 +162,17 @@ def gamma_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                               stride, padding, dilation)
 
 
-def gamma_module(module: nn.Module, x: torch.Tensor, gamma: float | None) -> torch.Tensor:
+def gamma_module(module: nn.Module, x: torch.Tensor, gamma: float | None, *, stabilizer: float = 0.0) -> torch.Tensor:
     """Call an ``nn.Linear`` / ``nn.Conv2d`` ``module`` on ``x`` under the gamma rule (``gamma=None``: call the module
-    itself, i.e. the epsilon rule with ``eps -> 0``; any linear implementation, e.g. bitsandbytes, works then)."""
+    itself, i.e. the epsilon rule with ``eps -> 0``; any linear implementation, e.g. bitsandbytes, works then).
+    ``stabilizer``: Zennit's sign-aware eps of the gamma rule (module docstring); unused when ``gamma`` is None."""
     if gamma is None:
         return module(x)
     if isinstance(module, nn.Conv2d):
         if module.padding_mode != "zeros":
             raise ValueError(f"gamma rule supports zero-padded convolutions only, got {module.padding_mode!r}")
         return gamma_conv2d(x, module.weight, module.bias, gamma, stride=module.stride, padding=module.padding,
-                            dilation=module.dilation, groups=module.groups)
+                            dilation=module.dilation, groups=module.groups, stabilizer=stabilizer)
     if isinstance(module, nn.Linear) and type(module.weight) is nn.Parameter:
-        return gamma_linear(x, module.weight, module.bias, gamma)
+        return gamma_linear(x, module.weight, module.bias, gamma, stabilizer=stabilizer)
     raise ValueError(f"the gamma rule needs a plain nn.Linear or nn.Conv2d, got {type(module).__name__}")

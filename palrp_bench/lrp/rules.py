@@ -14,6 +14,7 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 | LayerNorm / RMSNorm               | identity on the normaliser     | :func:`rms_norm`, :func:`layer_norm` |
 | attention (Q K^T, A V)            | uniform on both matmuls        | :func:`attention`                 |
 | attention in CP-LRP               | value path only                | :func:`attention` with A constant |
+| epsilon-rule denominator ``z+eps``| official stabilisers (opt-in)  | :func:`stabilize`                 |
 
 The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
 """
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "scale_grad",
+    "stabilize",
     "activation",
     "product",
     "rms_norm",
@@ -59,6 +61,43 @@ def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
     if factor == 0.0:
         return x.detach()
     return _ScaleGrad.apply(x, factor)
+
+
+class _Stabilize(torch.autograd.Function):
+    """Identity forward; the incoming gradient is multiplied by ``z / (z + eps)`` (0 where ``z + eps == 0``)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, eps: float) -> torch.Tensor:  # noqa: D401
+        ctx.save_for_backward(z)
+        ctx.eps = eps
+        return z.view_as(z)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (z,) = ctx.saved_tensors
+        den = z + ctx.eps
+        factor = torch.where(den != 0, z / torch.where(den != 0, den, torch.ones_like(den)), torch.zeros_like(z))
+        return grad * factor, None
+
+
+def stabilize(z: torch.Tensor, eps: float) -> torch.Tensor:
+    """Return ``z`` unchanged in the forward pass; multiply the gradient reaching ``z`` by ``z / (z + eps)``.
+
+    This is the epsilon rule's stabilised denominator in Gradient x Input form. An epsilon rule with a stabiliser
+    divides the relevance of an output by ``z + eps`` instead of ``z`` (AttnLRP paper Eq. 8, Bach et al. 2015
+    Eq. 16): ``R_i = x_i * dz/dx_i * R_z / (z + eps)``. With ``R_z = z * g`` (relevance = value x gradient) this is
+    ``x_i * dz/dx_i * (g * z / (z + eps))``, i.e. plain autograd below ``z`` after scaling the gradient at ``z``.
+    Place it on the output of any operation whose rule is the (stabilised) epsilon rule: a linear map, a sum
+    ``a + b``, a matrix product (uniform-epsilon rule: the ``1/2`` split is separate, see :func:`attention`).
+
+    The sign convention is the official PA-LRP / ``lxt`` one, ``z + eps`` (not ``z + eps * sign(z)``; Zennit's
+    sign-aware form lives in :mod:`palrp_bench.lrp.gamma`): outputs within ``eps`` of zero are damped when positive
+    and amplified when negative. Where ``z + eps`` is exactly 0 the official code divides by zero; here nothing
+    flows there. ``eps == 0`` is a no-op (the exact rule, eps -> 0).
+    """
+    if eps == 0.0 or not z.requires_grad:
+        return z
+    return _Stabilize.apply(z, float(eps))
 
 
 def activation(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], rule: str) -> torch.Tensor:
@@ -179,7 +218,8 @@ def _grad_or_zero(t: torch.Tensor) -> torch.Tensor:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None, causal: bool,
               scale: float, weights_share: float, value_share: float, qk_share: float,
-              implementation: str = "sdpa", recorder: AttentionRecorder | None = None) -> torch.Tensor:
+              implementation: str = "sdpa", recorder: AttentionRecorder | None = None, qk_eps: float = 0.0,
+              mask_eps: float = 0.0, av_eps: float = 0.0) -> torch.Tensor:
     """Scaled dot-product attention ``softmax(Q K^T * scale + mask) V`` under LRP rules.
 
     The relevance split is given by three shares (DESIGN.md "Consequences"):
@@ -197,8 +237,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
 
     Shapes: ``q`` ``[B, H, T, d]``, ``k``/``v`` ``[B, Hkv, T, d]`` (grouped-query attention when ``Hkv < H``).
     ``mask``: boolean ``[B, 1, T, T]`` (True = attend) or ``None``; ``causal`` adds the causal constraint.
+
+    Stabilisers (:func:`stabilize`; all 0 = the exact rules): ``qk_eps`` on the unscaled product ``Q K^T``,
+    ``mask_eps`` on the scaled scores where a mask is added to them (the official code adds an additive mask with
+    the epsilon rule whenever a causal or padding mask exists), ``av_eps`` on ``A @ V``. The two on the scores need
+    them materialised: eager path only (the fused path refuses them when relevance flows through the weights).
     """
     n_rep = q.shape[1] // k.shape[1]
+    if implementation == "sdpa" and weights_share != 0 and (qk_eps or (mask_eps and (causal or mask is not None))):
+        raise ValueError("stabilisers on the attention scores (qk_eps, mask_eps) need implementation='eager'")
     if implementation == "sdpa":
         qs = scale_grad(q, weights_share * qk_share)
         ks = scale_grad(k, weights_share * qk_share)
@@ -207,8 +254,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         is_causal = causal and mask is None
         if causal and mask is not None:
             attn_mask = mask & _causal_mask(q.shape[2], q.device)
-        return F.scaled_dot_product_attention(qs, ks, vs, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                                              enable_gqa=n_rep > 1)
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                             enable_gqa=n_rep > 1)
+        return stabilize(out, av_eps)
     if implementation != "eager":
         raise ValueError(f"unknown attention implementation {implementation!r}; expected sdpa or eager")
     if n_rep > 1:
@@ -216,22 +264,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         v = v.repeat_interleave(n_rep, dim=1)
     qs = scale_grad(q, qk_share)
     ks = scale_grad(k, qk_share)
-    scores = torch.matmul(qs, ks.transpose(-1, -2)) * scale
+    scores = stabilize(torch.matmul(qs, ks.transpose(-1, -2)), qk_eps) * scale
     valid = mask
     if causal:
         cm = _causal_mask(q.shape[2], q.device)
         valid = cm if valid is None else valid & cm
     if valid is not None:
-        masked = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
+        masked = stabilize(scores, mask_eps).masked_fill(~valid, torch.finfo(scores.dtype).min)
     else:
         masked = scores
-    # softmax in at least float32 (as Hugging Face's eager attention), float64 stays float64
-    weights = torch.softmax(masked.to(torch.promote_types(q.dtype, torch.float32)), dim=-1).to(q.dtype)
+    weights = softmax_weights(masked, q.dtype)
     if recorder is not None:
         recorder.add(masked, weights, valid)
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
-    return torch.matmul(ws, vs)
+    return stabilize(torch.matmul(ws, vs), av_eps)
+
+
+def softmax_weights(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Attention weights ``softmax(scores)`` of the eager path, returned in ``dtype``: computed in at least float32
+    (as Hugging Face's eager attention does for half precision); float64 stays float64."""
+    return torch.softmax(scores.to(torch.promote_types(dtype, torch.float32)), dim=-1).to(dtype)
 
 
 def _causal_mask(t: int, device) -> torch.Tensor:

@@ -187,3 +187,23 @@ def test_no_gradient_reaches_parameters_and_module_dispatch():
         gamma_linear(x, lin.weight, lin.bias, -1.0)
     with pytest.raises(ValueError, match="plain nn.Linear or nn.Conv2d"):
         gamma_module(torch.nn.Identity(), x, 0.5)
+
+
+def test_module_dispatch_passes_the_stabilizer():
+    """``gamma_module(..., stabilizer=eps)`` is Zennit's sign-aware stabiliser of the linear / conv rule."""
+    g = torch.Generator().manual_seed(6)
+    lin = torch.nn.Linear(6, 4).double()
+    x = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    R_out = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    R_mod, _ = fast_relevance(lambda t: gamma_module(lin, t, 0.05, stabilizer=0.5), x, R_out)
+    R_ref = gamma_reference_linear(x, lin.weight.detach(), lin.bias.detach(), R_out, 0.05, eps=0.5)
+    assert torch.allclose(R_mod, R_ref, atol=1e-12)
+    R_exact, _ = fast_relevance(lambda t: gamma_module(lin, t, 0.05), x, R_out)
+    assert (R_mod - R_exact).abs().max() > 1e-3
+    conv = torch.nn.Conv2d(2, 3, 2, stride=2).double()
+    img = torch.randn(1, 2, 4, 4, generator=g, dtype=torch.float64)
+    R_out = torch.randn(1, 3, 2, 2, generator=g, dtype=torch.float64)
+    R_conv, _ = fast_relevance(lambda t: gamma_module(conv, t, 100.0, stabilizer=0.5), img, R_out)
+    R_conv_ref, _ = fast_relevance(lambda t: gamma_conv2d(t, conv.weight, conv.bias, 100.0, stride=2, stabilizer=0.5),
+                                   img, R_out)
+    assert torch.equal(R_conv, R_conv_ref)

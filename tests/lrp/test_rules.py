@@ -140,3 +140,102 @@ def test_cp_lrp_attention_sends_everything_to_values():
     (R_q, R_k, R_v), _ = grad_x_input(fn, [q, k, v], R_out)
     assert R_q.abs().max() == 0 and R_k.abs().max() == 0
     assert torch.allclose(R_v.sum(), R_out.sum(), atol=1e-10)
+
+
+# ---------------------------------------------------------------- epsilon-rule stabilisers (lrp/stabilizers.py)
+# eps is chosen large (comparable to the pre-activations) so that a wrong factor or a wrong place is far outside
+# float64 rounding; the official values (1e-8 .. 1e-6) are checked against the official code's outputs in
+# tests/methods/test_official_agreement.py and tests/models/test_deit_official.py.
+@pytest.mark.parametrize("eps", [0.0, 0.3])
+def test_stabilized_linear_is_the_stabilised_epsilon_rule(eps):
+    x, W, b = torch.randn(3, 6, dtype=D), torch.randn(4, 6, dtype=D), torch.randn(4, dtype=D)
+    R_out = torch.randn(3, 4, dtype=D)
+    (R_x,), out = grad_x_input(lambda x: rules.stabilize(F.linear(x, W, b), eps), [x], R_out)
+    assert torch.equal(out, F.linear(x, W, b)), "forward unchanged"
+    assert torch.allclose(R_x, ref.linear_epsilon(x, W, b, R_out, eps), atol=1e-12)
+    if eps:  # the stabiliser makes a difference, so the comparison above can fail
+        assert (R_x - ref.linear_epsilon(x, W, b, R_out)).abs().max() > 1e-3
+
+
+def test_stabilized_sum_is_the_stabilised_epsilon_rule_and_not_sign_aware():
+    a, b = torch.randn(2, 7, dtype=D), torch.randn(2, 7, dtype=D)
+    a[0, 0], b[0, 0] = 0.3, -0.5          # z = -0.2: the official "+ eps" (not "+ eps * sign(z)") amplifies
+    a[1, 1], b[1, 1] = 0.25, -0.5         # z = -0.25 = -eps: the official code divides by zero; nothing flows
+    R_out = torch.randn(2, 7, dtype=D)
+    eps = 0.25
+    (R_a, R_b), out = grad_x_input(lambda a, b: rules.stabilize(a + b, eps), [a, b], R_out)
+    assert torch.equal(out, a + b)
+    ra, rb = ref.sum_epsilon(a, b, R_out, eps)
+    keep = torch.ones_like(a, dtype=torch.bool)
+    keep[1, 1] = False
+    assert torch.allclose(R_a[keep], ra[keep], atol=1e-12) and torch.allclose(R_b[keep], rb[keep], atol=1e-12)
+    assert R_a[1, 1] == 0 and R_b[1, 1] == 0
+    assert abs(float(R_a[0, 0] / R_out[0, 0]) - 0.3 / 0.05) < 1e-12  # a / (z + eps), z + eps = 0.05
+
+
+def test_stabilize_is_a_no_op_without_eps_or_gradient():
+    x = torch.randn(4, dtype=D, requires_grad=True)
+    assert rules.stabilize(x, 0.0) is x
+    c = torch.randn(4, dtype=D)
+    assert rules.stabilize(c, 1e-6) is c
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("gqa", [1, 2])
+@pytest.mark.parametrize("eps", [(0.05, 0.0, 0.0), (0.0, 0.1, 0.0), (0.0, 0.0, 0.2), (0.05, 0.1, 0.2)],
+                         ids=["qk", "mask", "av", "all"])
+def test_attention_stabilisers_match_reference(implementation, gqa, eps):
+    """Each attention stabiliser at its place (the official code's uniform-epsilon matmuls and mask add). The
+    two on the scores need them materialised: the fused path refuses them instead of leaving them out."""
+    qk_eps, mask_eps, av_eps = eps
+    B, H, T, d = 2, 4, 5, 3
+    q = torch.randn(B, H, T, d, dtype=D)
+    k = torch.randn(B, H // gqa, T, d, dtype=D)
+    v = torch.randn(B, H // gqa, T, d, dtype=D)
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[1, :, :, 0] = False
+    mask[1, :, 0, 0] = True
+    R_out = torch.randn(B, H, T, d, dtype=D)
+    scale = d ** -0.5
+    fn = lambda q, k, v: rules.attention(q, k, v, mask=mask, causal=True, scale=scale, weights_share=0.5,
+                                         value_share=0.5, qk_share=0.5, implementation=implementation,
+                                         qk_eps=qk_eps, mask_eps=mask_eps, av_eps=av_eps)
+    if implementation == "sdpa" and (qk_eps or mask_eps):
+        with pytest.raises(ValueError, match="need implementation='eager'"):
+            grad_x_input(fn, [q, k, v], R_out)
+        return
+    (R_q, R_k, R_v), out = grad_x_input(fn, [q, k, v], R_out)
+    exact = rules.attention(q, k, v, mask=mask, causal=True, scale=scale, weights_share=0.5, value_share=0.5,
+                            qk_share=0.5, implementation=implementation)
+    assert torch.equal(out, exact), "forward unchanged"
+    valid = mask & torch.ones(T, T, dtype=torch.bool).tril()
+    kr, vr = k.repeat_interleave(gqa, 1), v.repeat_interleave(gqa, 1)
+    Rq, Rk, Rv, _ = ref.attention_attnlrp(q, kr, vr, scale, R_out, valid, qk_eps=qk_eps, mask_eps=mask_eps,
+                                          av_eps=av_eps)
+    Rk = Rk.view(B, H // gqa, gqa, T, d).sum(2)
+    Rv = Rv.view(B, H // gqa, gqa, T, d).sum(2)
+    assert (R_q - Rq).abs().max() < 1e-9
+    assert (R_k - Rk).abs().max() < 1e-9
+    assert (R_v - Rv).abs().max() < 1e-9
+    Rq0, *_ = ref.attention_attnlrp(q, kr, vr, scale, R_out, valid)
+    assert (R_q - Rq0).abs().max() > 1e-4, "the stabiliser must change the relevance (non-trivial test)"
+
+
+def test_mask_stabiliser_needs_a_mask_and_value_path_stabiliser_with_constant_weights():
+    """No mask and no causal constraint (the official non-causal runs): no mask add, so ``mask_eps`` does nothing.
+    Value path only with half of the relevance (official ViT): ``av_eps`` stabilises what reaches V."""
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=D) for _ in range(3))
+    R_out = torch.randn(1, 2, 4, 3, dtype=D)
+
+    def run(**kw):
+        fn = lambda q, k, v: rules.attention(q, k, v, mask=None, causal=False, scale=0.5, qk_share=0.5, **kw)
+        return grad_x_input(fn, [q, k, v], R_out)[0]
+
+    plain = run(weights_share=0.5, value_share=0.5)
+    masked_eps = run(weights_share=0.5, value_share=0.5, mask_eps=0.3)
+    assert all(torch.equal(a, b) for a, b in zip(plain, masked_eps))
+    R_q, R_k, R_v = run(weights_share=0.0, value_share=0.5, av_eps=0.2)
+    assert R_q.abs().max() == 0 and R_k.abs().max() == 0
+    A = torch.softmax((q @ k.transpose(-1, -2)) * 0.5, -1)
+    _, Rv_ref = ref.matmul_uniform_epsilon(A, v, R_out, 0.2)  # half of the stabilised relevance to V
+    assert torch.allclose(R_v, Rv_ref, atol=1e-12)

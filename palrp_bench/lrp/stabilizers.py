@@ -1,0 +1,99 @@
+"""Denominator stabilisers of the epsilon rules, per place: the switch ``stabilizers=official|none``.
+
+The rules of :mod:`palrp_bench.lrp.rules` are exact (eps -> 0). The official PA-LRP code (commit 51eb418) adds a small
+``eps`` to the denominator of every epsilon-type rule, ``R_z / (z + eps)``; it moves elements whose pre-activation
+is within ~eps of zero and makes the official maps differ from exact ones by ~1e-3 of their maximum on tiny random
+models. :class:`Stabilizers` says which ``eps`` goes where; the twins apply each one with
+:func:`palrp_bench.lrp.rules.stabilize` (gradient at ``z`` times ``z / (z + eps)``, forward unchanged) or, for the
+gamma rule, as Zennit's sign-aware stabiliser (:mod:`palrp_bench.lrp.gamma`).
+
+Every field is the ``eps`` of the factor ``z / (z + eps)`` on the named output ``z``. The official code writes some
+rules with another normalisation; the conversions are in the comments of the two official sets below.
+
+``qk`` and the mask part of ``add`` act on the attention score matrix, which the fused attention path (SDPA, the
+default) never materialises; the twins apply them with ``attention="eager"`` only (the official code's attention
+is eager). On the official fixtures leaving them out moves the token scores by <= 1e-6 relative (below the
+float32 resolution of the official outputs), while the eager path costs T x T memory per head and layer
+(docs/engine.md, "Agreement with the official PA-LRP code").
+
+``protocol=official`` uses the official set of the model family (:attr:`official_stabilizers` of the twin),
+``protocol=corrected`` uses :data:`NONE`; ``explain(..., stabilizers="official" | "none")`` overrides either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import BadInputError
+
+__all__ = ["Stabilizers", "NONE", "OFFICIAL_NLP", "OFFICIAL_VISION", "CHOICES", "PROTOCOL_DEFAULTS",
+           "resolve_stabilizers"]
+
+
+@dataclass(frozen=True)
+class Stabilizers:
+    """Where the epsilon rules are stabilised and by how much (0 = exact rule).
+
+    * ``linear``: output of every linear / conv under the epsilon rule (NLP: all projections and the LM head /
+      classifier; ViT: the attention projections).
+    * ``add``: output of every elementwise sum under the epsilon rule: residual adds, the position-embedding add
+      (ViT), ``q cos + rot(q) sin`` (RoPE), and the additive attention mask on the scores where a mask exists
+      (eager attention only).
+    * ``qk``: the unscaled score product ``Q K^T`` (eager attention only).
+    * ``av``: the attention output ``A @ V``.
+    * ``norm`` / ``final_norm``: output of the std-constant LayerNorms inside the network / the final one.
+    * ``gamma``: Zennit's sign-aware ``eps`` in the gamma rule (``D + eps * sign(D)``), not ``z / (z + eps)``.
+    * ``copy``: a tensor used twice (the residual branch point) or row-selected (the CLS pooling) when the
+      official code gives that copy its own rule (``safe_divide``: ``R / (x + eps)``).
+    """
+
+    name: str
+    linear: float = 0.0
+    add: float = 0.0
+    qk: float = 0.0
+    av: float = 0.0
+    norm: float = 0.0
+    final_norm: float = 0.0
+    gamma: float = 0.0
+    copy: float = 0.0
+
+
+#: The exact rules (eps -> 0): ``protocol=corrected``.
+NONE = Stabilizers("none")
+
+#: The official NLP code (``NLP/lxt``, a modified ``lxt`` copy; ``lxt.functional._stabilize`` adds ``+eps``):
+#: ``EpsilonRule`` (default eps 1e-8) on every ``nn.Linear`` incl. ``lm_head`` / ``score``; ``add2`` (1e-8) on both
+#: residuals, on the RoPE sums ``q cos + rot(q) sin`` / ``k cos + rot(k) sin`` and on ``scores + mask`` (eager
+#: attention with a causal or padding mask); ``matmul`` (1e-8) on ``Q K^T`` as ``R / (2 S + 1e-8)`` per operand =
+#: ``1/2 * R / (S + 0.5e-8)``; ``UniformEpsilonRule`` (1e-6) on ``A V`` as ``R / (Y + 1e-6) / 2`` per operand.
+#: RMSNorm (identity), SiLU (identity), gate*up and the RoPE products (uniform) and the softmax carry no eps.
+OFFICIAL_NLP = Stabilizers("official", linear=1e-8, add=1e-8, qk=0.5e-8, av=1e-6)
+
+#: The official vision code (``modules/layers_ours.py`` with ``full_lrp_GammaLinear_POS_ENC_gammaConv``):
+#: ``Linear.relprop`` epsilon branch ``R / (Y + 1e-8)`` (value and output projections); ``Add`` ``R / (a + b + 1e-6)``
+#: (position embedding, both residuals); ``einsum`` ``R / (2 Y + 1e-6)`` per operand = ``1/2 * R / (Y + 0.5e-6)``
+#: (both attention products); ``CustomLRPLayerNorm`` ``R / (y + eps_LN)`` with the norm's own eps, 1e-6 in the
+#: blocks and nn.LayerNorm's default 1e-5 in the official final norm (DeiT itself uses 1e-6 there); Zennit's
+#: ``Gamma`` (stabiliser 1e-6) on the MLP linears, the head and the patch conv; ``Clone`` and ``IndexSelect``
+#: ``safe_divide`` ``R / (x + 1e-9)``.
+OFFICIAL_VISION = Stabilizers("official", linear=1e-8, add=1e-6, qk=0.5e-6, av=0.5e-6, norm=1e-6, final_norm=1e-5,
+                              gamma=1e-6, copy=1e-9)
+
+#: The names the switch accepts.
+CHOICES = ("official", "none")
+
+#: The default of each protocol (PROTOCOL.md preamble: ``official`` follows the official code).
+PROTOCOL_DEFAULTS = {"official": "official", "corrected": "none"}
+
+
+def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers) -> Stabilizers:
+    """The stabilisers of one explanation: ``None`` -> the protocol's default; ``"official"`` -> ``official`` (the
+    model family's official set); ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through."""
+    if isinstance(choice, Stabilizers):
+        return choice
+    if choice is None:
+        choice = PROTOCOL_DEFAULTS[protocol]
+    if choice == "official":
+        return official
+    if choice == "none":
+        return NONE
+    raise BadInputError(f"unknown stabilizers {choice!r}", f"use one of: {', '.join(CHOICES)}")
