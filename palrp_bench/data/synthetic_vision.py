@@ -2,12 +2,20 @@
 
 Each image is ``64 x 64`` RGB: a low-saturation colour gradient cluttered with small low-saturation
 rectangles and pixel noise, plus ONE large, saturated object of random shape (disk, square, triangle,
-cross) whose *hue family* is the class (red, yellow, green, blue). Only the object is saturated, so the
-object mask is the only place the class evidence lives, while the clutter gives the background edges and
-texture for explanations to be distracted by. That makes the suite meaningful for both PROTOCOL.md
-section 3 (blackening the most relevant pixels should destroy the prediction) and section 4 (the object
-mask is an exact segmentation ground truth). (A shape-is-the-class variant did not leave chance level within
-16 minutes of CPU training of a tiny ViT; the colour task reaches 99.9% in 3 short epochs.)
+cross; 9-44% of the image). **The class depends on what the object is and where it is**: class =
+(colour family: red, yellow, green, blue) x (half of the image holding the object's centre: left, right),
+8 classes, index ``colour * 2 + side`` (:data:`SYNTHETIC_CLASSES`, e.g. ``"red-left"``, ``"red-right"``).
+The object's centre lies 4 to ``min(r, 31 - r)`` pixels (``r`` its half-size) from the vertical midline, so
+the shape reaches the midline and in 97% of the images crosses it: the side is the half holding the larger
+part of the (left-right symmetric) shape, and moving the same object across the midline changes its class.
+A patch's content can therefore not tell the side: a ViT has to read it from its position embedding (the
+shipped tiny ViT puts about a third of its relevance on the learned PE, docs/evaluation.md).
+
+Only the object is saturated, so the object mask is the only place the class evidence lives, while the
+clutter gives the background edges and texture for explanations to be distracted by. That makes the suite
+meaningful for both PROTOCOL.md section 3 (blackening the most relevant pixels should destroy the prediction;
+blackening the pixels that carry the object's position moves it to the other side) and section 4 (the object
+mask is an exact segmentation ground truth).
 
 Samples are deterministic: sample ``i`` of ``(seed, split)`` is drawn from its own generator seeded with
 ``(seed, split, i)``, so it does not depend on ``n`` (a longer list extends a shorter one) and its
@@ -28,11 +36,14 @@ from ..errors import BadInputError, MissingDataError
 from .base import ImageSample, check_generator_args
 from .registry import register_dataset
 
-#: Class index -> name. The class is the object's hue family.
-SYNTHETIC_CLASSES: tuple[str, ...] = ("red", "yellow", "green", "blue")
-#: Centre hue of each class (HSV hue in [0, 1]) and the jitter around it.
-SYNTHETIC_CLASS_HUES: tuple[float, ...] = (0.0, 1.0 / 6.0, 1.0 / 3.0, 2.0 / 3.0)
+#: Colour families of the object (the "what" half of the class) and their centre hue (HSV hue in [0, 1]).
+SYNTHETIC_COLOURS: tuple[str, ...] = ("red", "yellow", "green", "blue")
+SYNTHETIC_COLOUR_HUES: tuple[float, ...] = (0.0, 1.0 / 6.0, 1.0 / 3.0, 2.0 / 3.0)
 _HUE_JITTER = 0.04
+#: Image halves the object can lie in (the "where" half of the class).
+SYNTHETIC_SIDES: tuple[str, ...] = ("left", "right")
+#: Class index -> name: ``colour * len(SYNTHETIC_SIDES) + side``, e.g. 0 = red-left, 1 = red-right.
+SYNTHETIC_CLASSES: tuple[str, ...] = tuple(f"{c}-{s}" for c in SYNTHETIC_COLOURS for s in SYNTHETIC_SIDES)
 #: Object shapes (drawn uniformly; not the class).
 SYNTHETIC_SHAPES: tuple[str, ...] = ("disk", "square", "triangle", "cross")
 #: Side of the square images, in pixels.
@@ -40,8 +51,10 @@ SYNTHETIC_IMAGE_SIZE = 64
 #: Independent sample streams; a split's samples never coincide with another split's.
 SYNTHETIC_SPLITS: dict[str, int] = {"train": 0, "val": 1, "test": 2}
 
-#: Object half-size range (pixels): objects span roughly 3-4 patches of 8 px.
-_OBJECT_HALF_SIZE = (10.0, 16.0)
+#: Object half-size range (pixels): objects span roughly 3.5-6 patches of 8 px.
+_OBJECT_HALF_SIZE = (14.0, 24.0)
+#: Smallest distance (pixels) of the object's centre from the vertical midline (the side is never a toss-up).
+_SIDE_MARGIN = 4.0
 #: Number of clutter rectangles per image and their side range (pixels).
 _CLUTTER_COUNT = (10, 22)
 _CLUTTER_SIDE = (2, 7)
@@ -94,19 +107,26 @@ def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray
         image[:, top:top + h, left:left + w] = _hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.3),
                                                            rng.uniform(0.1, 1.0))[:, None, None]
 
-    # The object: a fully visible shape of random form; its (saturated) hue family is the class.
-    label = int(rng.integers(0, len(SYNTHETIC_CLASSES)))
+    # The object: a saturated shape of random form, fully visible, whose centre lies in one half of the image,
+    # _SIDE_MARGIN to min(r, 31 - r) px from the vertical midline (so the shape reaches it and mostly crosses
+    # it). The class is its colour family AND that half: the same object across the midline is another class.
+    colour_index = int(rng.integers(0, len(SYNTHETIC_COLOURS)))
+    side = int(rng.integers(0, len(SYNTHETIC_SIDES)))
+    label = colour_index * len(SYNTHETIC_SIDES) + side
     shape = SYNTHETIC_SHAPES[int(rng.integers(0, len(SYNTHETIC_SHAPES)))]
     r = float(rng.uniform(*_OBJECT_HALF_SIZE))
-    cy, cx = (float(v) for v in rng.uniform(r + 1, size - r - 1, size=2))
+    offset = float(rng.uniform(_SIDE_MARGIN, min(r, size / 2 - r - 1)))
+    cx = size / 2 + (offset if side else -offset)
+    cy = float(rng.uniform(r + 1, size - r - 1))
     mask = _shape_mask(shape, cy, cx, r, size)
-    hue = (SYNTHETIC_CLASS_HUES[label] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
+    hue = (SYNTHETIC_COLOUR_HUES[colour_index] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
     colour = _hsv_to_rgb(hue, rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
     shade = 1.0 + 0.08 * rng.standard_normal((1, size, size)).astype(np.float32)  # mild texture
     image = np.where(mask[None], colour[:, None, None] * shade, image)
 
     image = image + _NOISE_STD * rng.standard_normal(image.shape).astype(np.float32)
-    meta = {"class_name": SYNTHETIC_CLASSES[label], "shape": shape, "center": (cy, cx), "half_size": r,
+    meta = {"class_name": SYNTHETIC_CLASSES[label], "colour_name": SYNTHETIC_COLOURS[colour_index],
+            "side": SYNTHETIC_SIDES[side], "shape": shape, "center": (cy, cx), "half_size": r,
             "colour": [float(c) for c in colour]}
     return np.clip(image, 0.0, 1.0).astype(np.float32), mask, label, meta
 
@@ -115,7 +135,8 @@ def make_synthetic_vision(n: int, seed: int = 0, split: str = "test") -> list[Im
     """``n`` deterministic synthetic samples of ``split`` (``train`` / ``val`` / ``test``) under ``seed``.
 
     Returns :class:`ImageSample` with ``image`` ``[3, 64, 64]`` float32 in [0, 1] (not normalised),
-    ``label`` the colour class (:data:`SYNTHETIC_CLASSES`), ``mask`` ``[64, 64]`` int64 in {0, 1} (the object).
+    ``label`` the class ``colour * 2 + side`` (:data:`SYNTHETIC_CLASSES`), ``mask`` ``[64, 64]`` int64 in {0, 1}
+    (the object), ``meta`` with ``class_name``, ``colour_name``, ``side``, ``shape``, ``center`` ``(cy, cx)``.
     Sample ``i`` depends only on ``(seed, split, i)``.
     """
     check_generator_args(n, seed, split, SYNTHETIC_SPLITS)

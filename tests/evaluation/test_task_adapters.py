@@ -6,6 +6,7 @@ import torch
 
 import palrp_bench
 from palrp_bench.data import synthetic_text
+from palrp_bench.data.synthetic_vision import SYNTHETIC_CLASSES
 from palrp_bench.evaluation.tasks import ModelBundle
 from palrp_bench.runner.plan import plan_cells
 from palrp_bench.evaluation.tasks import task_adapter
@@ -33,7 +34,8 @@ def tiny_vit():
     from timm.models.vision_transformer import VisionTransformer
 
     torch.manual_seed(0)
-    model = VisionTransformer(img_size=64, patch_size=8, num_classes=4, embed_dim=32, depth=2, num_heads=2).eval()
+    model = VisionTransformer(img_size=64, patch_size=8, num_classes=len(SYNTHETIC_CLASSES), embed_dim=32, depth=2,
+                              num_heads=2).eval()
     model.pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25)}
     return model
 
