@@ -7,6 +7,7 @@ over each patch) and are min-max normalised per image for display only.
 Usage::
 
     python scripts/make_heatmap_figure.py                               # tiny ViT + embedded synthetic images
+    python scripts/make_heatmap_figure.py --samples 0,5,25 --out docs/figures/vision_heatmaps.png  # the README figure
     python scripts/make_heatmap_figure.py --model deit_tiny_patch16_224 --checkpoint deit_tiny_patch16_224-a1311bcf.pth \\
         --images my_photos/ --n 4 --out figures/heatmaps.png
     python scripts/make_heatmap_figure.py --images images_raw.pt --rules attnlrp
@@ -16,7 +17,8 @@ Usage::
 ``--model tiny`` (default) is the shipped tiny ViT trained on the synthetic shapes
 (``palrp_bench.data.synthetic_vision.load_tiny_vit``); if its asset is not built yet, a random tiny ViT is used
 instead (the maps then only show that the pipeline runs). ``--images`` takes a folder of image files, or a ``.pt``
-tensor ``[N, 3, H, W]`` with raw pixels in [0, 1]; without it the embedded synthetic test images are used. Images
+tensor ``[N, 3, H, W]`` with raw pixels in [0, 1]; without it the embedded synthetic test images are used (the first
+``--n``, or the indices given by ``--samples``). Images
 are resized to the model's input size (no crop, PROTOCOL.md section 3) and normalised with the model's mean/std.
 """
 from __future__ import annotations
@@ -55,7 +57,7 @@ def load_model(name: str, checkpoint: str | None, model_kwargs: dict):
     if name == "tiny":
         try:
             from palrp_bench.data.synthetic_vision import load_tiny_vit
-            return load_tiny_vit(), "tiny ViT (synthetic shapes)"
+            return load_tiny_vit(), "tiny ViT (synthetic shapes, class = colour x image half)"
         except (ImportError, MissingDataError) as err:
             print(f"note: shipped tiny ViT unavailable ({err}); using a random tiny ViT", file=sys.stderr)
             return random_tiny_vit(), "random tiny ViT"
@@ -74,12 +76,17 @@ def model_input(model) -> tuple[tuple[int, int], tuple[float, ...], tuple[float,
     return size, mean, std, cfg.get("label_names")
 
 
-def load_images(source: str | None, n: int) -> tuple[torch.Tensor, list[str]]:
-    """Raw images ``[N, 3, H, W]`` in [0, 1] (any size) and their names."""
+def load_images(source: str | None, n: int, samples: list[int] | None = None) -> tuple[torch.Tensor, list[str]]:
+    """Raw images ``[N, 3, H, W]`` in [0, 1] (any size) and their names. Without ``source``: the embedded
+    synthetic test images ``samples`` (indices), else the first ``n``."""
     if source is None:
         from palrp_bench.data.synthetic_vision import make_synthetic_vision
-        samples = make_synthetic_vision(n, split="test")
-        return torch.stack([s.image for s in samples]), [s.sample_id for s in samples]
+        indices = list(range(n)) if samples is None else samples
+        pool = make_synthetic_vision(max(indices) + 1, split="test")
+        return torch.stack([pool[i].image for i in indices]), [pool[i].sample_id for i in indices]
+    if samples is not None:
+        raise BadInputError("--samples picks embedded synthetic images and cannot be combined with --images",
+                            "drop --samples, or pass --n to take the first images of --images")
     path = Path(source)
     if not path.exists():
         raise MissingDataError(f"images {path} do not exist", "pass a folder of image files or a .pt tensor")
@@ -100,6 +107,20 @@ def load_images(source: str | None, n: int) -> tuple[torch.Tensor, list[str]]:
         raise BadInputError(f"{path} must hold a [N, 3, H, W] tensor", "save raw images in [0, 1], channels first")
     images = images[:n].float()
     return images, [f"{path.stem}[{i}]" for i in range(images.shape[0])]
+
+
+def parse_samples(text: str | None) -> list[int] | None:
+    """``"3,7"`` -> ``[3, 7]`` (None stays None)."""
+    if text is None:
+        return None
+    try:
+        indices = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BadInputError(f"--samples {text!r} is not a comma-separated list of indices", "pass e.g. --samples 3,7"
+                            ) from None
+    if not indices or min(indices) < 0:
+        raise BadInputError(f"--samples {text!r} has a negative index", "pass indices >= 0, e.g. --samples 3,7")
+    return indices
 
 
 def prepare(images, size, mean, std) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,6 +165,9 @@ def main(argv=None) -> int:
                         help='JSON timm arguments for a custom architecture, e.g. \'{"depth": 2, "embed_dim": 64}\'')
     parser.add_argument("--images", default=None, help="folder of images or .pt tensor [N,3,H,W] in [0,1]")
     parser.add_argument("--n", type=int, default=4, help="number of images (default 4)")
+    parser.add_argument("--samples", default=None,
+                        help="comma-separated indices of embedded synthetic test images to show, e.g. 3,7 (instead of "
+                             "the first --n)")
     parser.add_argument("--rules", default=None, help="composite (default: the model's official one)")
     parser.add_argument("--cmap", default="jet", help="matplotlib colormap (default jet)")
     parser.add_argument("--out", default="figures/heatmaps.png", help="output PNG")
@@ -158,7 +182,7 @@ def main(argv=None) -> int:
                                 'pass e.g. \'{"num_classes": 10}\'') from None
         model, model_name = load_model(args.model, args.checkpoint, model_kwargs)
         size, mean, std, labels = model_input(model)
-        images, names = load_images(args.images, args.n)
+        images, names = load_images(args.images, args.n, parse_samples(args.samples))
         raw, pixels = prepare(images, size, mean, std)
         maps, explanation = {}, None
         for method, _ in COLUMNS:

@@ -40,3 +40,18 @@ def test_user_errors_exit_cleanly(script, tmp_path, capsys):
     assert script.main(["--model", "random", "--images", str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")]) == 2
     assert "do not exist" in capsys.readouterr().err
     assert script.main(["--model", "random", "--n", "0"]) == 2
+
+
+def test_samples_pick_embedded_images_by_index(script, tmp_path, capsys):
+    from palrp_bench.data.synthetic_vision import make_synthetic_vision
+
+    pool = make_synthetic_vision(3, split="test")
+    images, names = script.load_images(None, 4, [2, 0])
+    assert names == [pool[2].sample_id, pool[0].sample_id]
+    assert torch.equal(images, torch.stack([pool[2].image, pool[0].image]))
+    assert script.main(["--model", "random", "--samples", "1,x", "--out", str(tmp_path / "x.png")]) == 2
+    assert "--samples" in capsys.readouterr().err
+    torch.save(torch.rand(1, 3, 64, 64), tmp_path / "imgs.pt")
+    assert script.main(["--model", "random", "--images", str(tmp_path / "imgs.pt"), "--samples", "0",
+                        "--out", str(tmp_path / "y.png")]) == 2
+    assert "cannot be combined" in capsys.readouterr().err
