@@ -1,9 +1,9 @@
 """Vision pixel-perturbation protocol (PROTOCOL.md section 3; paper Table 4), batched.
 
-For every image and each step ``p = 0.1, ..., 0.9`` the first ``int(H * W * p)`` pixels of the map's order
-(:func:`palrp_bench.metrics.perturbation.perturbation_masks`: ReLU, per-image min-max, stable sort with ties
-broken by pixel index ascending) are set to 0 in all channels of the raw [0, 1] image, the result is
-normalised and classified. The 9 perturbed copies of all images of a batch (plus the originals when the
+For every image and each step ``p = 0.1, ..., 0.9``, ``int(H * W * p)`` pixels chosen on the map
+(:func:`palrp_bench.metrics.perturbation.perturbation_masks`: ReLU, per-image min-max, then the most / least
+relevant pixels with the tie-break ``tie_break``) are set to 0 in all channels of the raw [0, 1] image, the
+result is normalised and classified. The 9 perturbed copies of all images of a batch (plus the originals when the
 reference is the model's own prediction) are stacked into one batch and run in as few forwards as
 ``batch_size`` allows; a chunk's images are built on the fly, so memory is bounded by ``batch_size``.
 
@@ -15,6 +15,11 @@ The maps are whatever explanation the caller chose (map of the predicted class f
 ground-truth class for "target"; PROTOCOL.md section 3). Curves feed
 :func:`palrp_bench.metrics.perturbation.perturbation_auc`.
 
+Tie-break (:mod:`palrp_bench.metrics.perturbation`): ``tie_break=None`` takes the default of ``protocol``
+(``official`` -> ``topk``, the official ``torch.topk`` call on the same tensor; ``corrected`` -> ``random``).
+``random`` seeds each image's order with :func:`tie_break_seeds` from ``(seed, sample_id)``, so it needs the
+sample ids; the removed pixels of an image then depend on neither the batch nor the shard it is evaluated in.
+
 Per-sample results do not depend on ``batch_size`` beyond float rounding of batched matmuls (an arg-max can
 flip only when two logits are within ~1e-6).
 """
@@ -24,11 +29,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..data.sample_ids import stable_hash
 from ..errors import BadInputError
 from ..metrics.maps import as_map_batch
-from ..metrics.perturbation import VISION_FRACTIONS, perturbation_masks
+from ..metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "perturbed_logits",
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "perturbed_logits",
            "vision_perturbation_curves"]
 
 #: timm's IMAGENET_DEFAULT_MEAN / _STD (what the official code normalises with).
@@ -71,6 +77,25 @@ def resolve_normalization(model: torch.nn.Module, normalize: Normalization = Non
         return (x - m) / s
 
     return _normalize
+
+
+def tie_break_seeds(seed: int, sample_ids: Sequence[str]) -> list[int]:
+    """Per-image seeds of ``tie_break="random"``: the stable hash (:mod:`palrp_bench.data.sample_ids`) of
+    ``"tie_break|<seed>|<sample_id>"``, the same on every machine, batch and shard."""
+    return [stable_hash(f"tie_break|{int(seed)}|{sample_id}") for sample_id in sample_ids]
+
+
+def _removal_masks(maps: torch.Tensor, positive: bool, fractions, protocol, tie_break, sample_ids, seed
+                   ) -> torch.Tensor:
+    tie_break = resolve_tie_break(tie_break, protocol)
+    seeds = None
+    if tie_break == "random":
+        if sample_ids is None or isinstance(sample_ids, str) or len(sample_ids) != maps.shape[0]:
+            got = "none" if sample_ids is None else f"{1 if isinstance(sample_ids, str) else len(sample_ids)}"
+            raise BadInputError(f"tie_break='random' needs one sample id per image ({maps.shape[0]}), got {got}",
+                                "pass sample_ids= (they seed each image's order among equal values)")
+        seeds = tie_break_seeds(seed, [str(i) for i in sample_ids])
+    return perturbation_masks(maps, positive, fractions, tie_break=tie_break, seeds=seeds)
 
 
 def _model_device_dtype(model: torch.nn.Module, fallback: torch.Tensor) -> tuple[torch.device, torch.dtype]:
@@ -116,18 +141,21 @@ def _forward(model, normalize, images: torch.Tensor, device, dtype) -> torch.Ten
 def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.Tensor, positive: bool = True, *,
                      normalize: Normalization = None, batch_size: int | None = None,
                      include_original: bool = False, fractions: tuple[float, ...] = VISION_FRACTIONS,
-                     progress: bool = False) -> torch.Tensor:
+                     progress: bool = False, protocol: str = "official", tie_break: str | None = None,
+                     sample_ids: Sequence[str] | None = None, seed: int = 0) -> torch.Tensor:
     """Logits of the perturbed images, float32 ``[B, S, C]`` for the ``S`` steps (9 by default).
 
     With ``include_original=True`` the unperturbed image is step 0 of ``S + 1``, evaluated in the same
     stacked forwards. ``batch_size``: the most images per forward (None = all in one forward).
+    ``protocol``, ``tie_break``, ``sample_ids``, ``seed``: which tied pixels are removed (module docstring).
     """
     images, maps = _check_inputs(model, images, maps)
     if batch_size is not None and batch_size < 1:
         raise BadInputError(f"batch_size={batch_size}", "pass a positive number of images per forward, or None")
     norm = resolve_normalization(model, normalize)
     device, dtype = _model_device_dtype(model, images)
-    removed = perturbation_masks(maps.to(images.device), positive, fractions)  # [B, S, H, W]
+    removed = _removal_masks(maps.to(images.device), positive, fractions, protocol, tie_break, sample_ids,
+                             seed)  # [B, S, H, W]
     if include_original:
         removed = torch.cat([torch.zeros_like(removed[:, :1]), removed], dim=1)
     n_images, n_steps = removed.shape[:2]
@@ -148,7 +176,8 @@ def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.T
 
 
 def vision_perturbation_curves(model, images, maps, labels=None, positive=True, *, normalize=None,
-                               batch_size=None) -> torch.Tensor:
+                               batch_size=None, protocol="official", tie_break=None, sample_ids=None,
+                               seed=0) -> torch.Tensor:
     """Per-sample 0/1 perturbation curves ``[B, 9]`` at ``p = 0.1, ..., 0.9`` (PROTOCOL.md section 3).
 
     ``model``: a classifier (timm / torch module) taking normalised images, in eval mode. ``images``:
@@ -157,7 +186,9 @@ def vision_perturbation_curves(model, images, maps, labels=None, positive=True, 
     class indices -> top-1 accuracy ("target"). ``positive``: remove the most (True) or least (False)
     relevant pixels first. ``normalize``: callable or ``(mean, std)``; default = the model's
     ``pretrained_cfg`` mean/std, else ImageNet. ``batch_size``: most images per forward (None = one forward
-    for all ``B * 9`` (+ ``B`` originals) images).
+    for all ``B * 9`` (+ ``B`` originals) images). ``tie_break``: ``"topk"`` | ``"random"`` | None = the
+    default of ``protocol`` (``official`` -> ``topk``, ``corrected`` -> ``random``); ``random`` needs
+    ``sample_ids`` (one per image) and uses the run ``seed`` (module docstring).
     """
     if labels is not None:
         labels = torch.as_tensor(labels).reshape(-1).cpu()
@@ -166,7 +197,8 @@ def vision_perturbation_curves(model, images, maps, labels=None, positive=True, 
             raise BadInputError(f"labels must be {n} integer class indices, got {labels.dtype} "
                                 f"{tuple(labels.shape)}", "pass one class index per image, or None")
     logits = perturbed_logits(model, images, maps, positive, normalize=normalize, batch_size=batch_size,
-                              include_original=labels is None)
+                              include_original=labels is None, protocol=protocol, tie_break=tie_break,
+                              sample_ids=sample_ids, seed=seed)
     n_classes = logits.shape[-1]
     if labels is None:
         reference = logits[:, 0].argmax(dim=-1)

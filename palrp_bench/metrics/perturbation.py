@@ -1,43 +1,77 @@
-"""Vision perturbation metric: pixel ordering, removal masks and the x100 AUC (PROTOCOL.md section 3; Table 4).
+"""Vision perturbation metric: which pixels each step removes, the tie-break among equal values, and the x100 AUC
+(PROTOCOL.md section 3; Table 4).
 
 Protocol pieces that need no model live here; the forward passes are in
 :mod:`palrp_bench.evaluation.vision_perturbation`.
 
-* Maps are ReLU'd and min-max normalised per image (:func:`~palrp_bench.metrics.maps.minmax_per_image`).
-* Steps ``p = 0.1, ..., 0.9``: the first ``int(H * W * p)`` pixels of the order are removed (set to black).
-  Positive perturbation removes the most relevant pixels first, negative the least relevant first.
+* Maps are ReLU'd and min-max normalised per image (:func:`~palrp_bench.metrics.maps.minmax_per_image`). This
+  normalised map is the tensor every pixel choice below is made on.
+* Steps ``p = 0.1, ..., 0.9``: ``int(H * W * p)`` pixels are removed (set to black). Positive perturbation
+  removes the most relevant pixels first, negative the least relevant first.
 * AUC: trapezoid over ``x = 0.1..0.9`` of the sample-mean 0/1 curve, times 100 (maximum 80). Positive:
   lower is better; negative: higher is better.
 
-Tie-break (documented and deterministic): pixels are ordered by a *stable* sort of their normalised value
-(descending for positive, ascending for negative), so pixels with equal values keep the order of their
-flat index ``h * W + w``: **ties are broken by pixel index ascending in both directions**. The official code
-selects pixels with ``torch.topk(vis, k)`` (``topk(-vis, k)`` for negative), whose choice among equal values
-is unspecified: on CPU it is an implementation detail of the partial sort (not index order; torch 2.14
-``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11), and on CUDA it is a property of the radix-select kernel
-(which, as far as we know, gathers values equal to the k-th one in index order -- not verifiable on this
-machine). Our removed set can therefore differ from the official one **only at a step whose cut falls inside
-a group of tied values**, i.e. when the ``k``-th and ``(k+1)``-th values of the order are equal. For
-continuous maps this is rare; for ReLU'd maps it is common: every pixel with non-positive relevance ties at
-0, so a positive step removing more pixels than there are positive ones, and every negative step while
-zeros remain, picks among tied zeros. The official fixture maps (``random_maps.npz``) have no tie at any
-cut, so they pin the protocol independent of the tie-break.
+Tie-break (``tie_break``, PROTOCOL.md section 3). Real DeiT maps are ReLU'd and upsampled from 14x14 patches, so
+large regions are exactly 0 (a third to two thirds of the pixels): a step whose cut falls inside such a group of
+equal values must choose among them, and which ones it removes changes per-sample AUCs. Two named modes;
+``tie_break=None`` means the protocol's default (:func:`resolve_tie_break`: ``official`` -> ``topk``,
+``corrected`` -> ``random``):
+
+* ``topk`` (official): each step calls ``torch.topk(v, k, dim=-1)`` on ``v`` = the normalised map of one image
+  flattened to ``[1, H * W]`` (negated for negative perturbation), as the official ``generate_perturbations.py``
+  (run by ``evaluate_perturbations.py``, default batch size 1) does on its stored float32 map; a map without
+  range (the official 0/0) is passed as NaN, as the official code stored it. (On the CPU, ``topk`` of one row
+  of a ``[B, H * W]`` batch returned the same sets as on the row alone for all 144 fixture cases.) On the same device and torch version the removed pixels are therefore the
+  official ones, ties included. Which tied pixels ``topk`` returns is an implementation detail of torch (on the
+  CPU it scatters them over the image; torch 2.14 ``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11),
+  and each step is its own call, so sets are nested only as far as ``topk`` makes them (they were on every map
+  tried). Pass float32 maps to see exactly the tensor the official code saw (the runner does).
+* ``random`` (corrected): pixels are ordered by a stable sort of their values after a random permutation drawn
+  from a ``torch.Generator`` seeded per image (the evaluation seeds it from the run seed and the sample id), so
+  equal values come in a random order that depends only on that seed (not on the batch, the shard or the device:
+  the permutation is drawn on the CPU), and no region of the image is removed first for lack of relevance.
+  Steps remove prefixes of one order (nested masks).
+
+:func:`tied_pixel_share` records how much of a map the tie-break can touch.
 """
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Sequence
 
+import numpy as np
 import torch
 
+from ..errors import BadInputError
+from ..protocol import check_protocol
 from .auc import VISION_STEPS, area_under_mean_curve, as_curves
 from .maps import as_map_batch, minmax_per_image
 from .registry import MetricSource, MetricSpec, register_metric
 
-__all__ = ["VISION_FRACTIONS", "step_pixel_counts", "perturbation_auc", "pixel_order", "pixel_ranks",
-           "perturbation_masks"]
+__all__ = ["VISION_FRACTIONS", "TIE_BREAKS", "PROTOCOL_TIE_BREAK", "resolve_tie_break", "step_pixel_counts",
+           "perturbation_auc", "pixel_order", "pixel_ranks", "topk_removed", "perturbation_masks",
+           "tied_pixel_share"]
 
 #: The 9 perturbation steps p = 0.1, ..., 0.9 (PROTOCOL.md section 3), as Python floats.
 VISION_FRACTIONS: tuple[float, ...] = tuple(float(p) for p in VISION_STEPS.x)
+
+#: the tie-break modes (module docstring)
+TIE_BREAKS: tuple[str, ...] = ("topk", "random")
+#: the tie-break each protocol defaults to
+PROTOCOL_TIE_BREAK = MappingProxyType({"official": "topk", "corrected": "random"})
+
+
+def resolve_tie_break(tie_break: str | None, protocol="official") -> str:
+    """The tie-break to use: ``tie_break`` when given (``topk`` | ``random``), else the default of ``protocol``
+    (``official`` -> ``topk``, ``corrected`` -> ``random``). The one place the default is decided; a bad value
+    is a one-line :class:`BadInputError`."""
+    protocol = check_protocol(protocol)
+    if tie_break is None:
+        return PROTOCOL_TIE_BREAK[protocol]
+    if tie_break not in TIE_BREAKS:
+        raise BadInputError(f"unknown tie_break {tie_break!r}",
+                            f"use one of: {', '.join(TIE_BREAKS)} (or leave it unset for the protocol's default)")
+    return tie_break
 
 
 def step_pixel_counts(num_pixels: int, fractions: tuple[float, ...] = VISION_FRACTIONS) -> list[int]:
@@ -58,16 +92,34 @@ def perturbation_auc(curves01) -> float:
     return area_under_mean_curve(as_curves(curves01, VISION_STEPS, "curves01"), VISION_STEPS)
 
 
-def pixel_order(maps: torch.Tensor, positive: bool) -> torch.Tensor:
-    """Flat pixel indices of each map in removal order, ``LongTensor [B, H*W]``.
+def _check_seeds(seeds, batch: int) -> list[int]:
+    if seeds is None:
+        raise BadInputError("tie_break='random' needs one seed per map",
+                            "pass seeds= (the evaluation derives them from the run seed and the sample ids)")
+    seeds = [int(s) for s in seeds]
+    if len(seeds) != batch or any(not 0 <= s < 2**64 for s in seeds):
+        raise BadInputError(f"got {len(seeds)} seeds for {batch} maps (each must be in [0, 2**64))",
+                            "pass one non-negative 64-bit seed per map")
+    return seeds
 
-    ``positive=True``: most relevant (largest value) first; ``False``: least relevant first. Values are
-    used as given (no ReLU / normalisation here; :func:`perturbation_masks` applies them). Ties are broken by
-    flat pixel index ``h * W + w`` ascending, in both directions (stable sort).
+
+def pixel_order(maps: torch.Tensor, positive: bool, seeds: Sequence[int]) -> torch.Tensor:
+    """Flat pixel indices of each map in removal order under ``tie_break="random"``, ``LongTensor [B, H*W]``.
+
+    ``positive=True``: most relevant (largest value) first; ``False``: least relevant first. Values are used as
+    given (no ReLU / normalisation here; :func:`perturbation_masks` applies them). Equal values come in the order
+    of a random permutation of the pixels drawn on the CPU from ``torch.Generator().manual_seed(seeds[b])``:
+    the permuted values are sorted with a stable sort, so the order of map ``b`` depends on its values and its
+    seed only.
     """
     maps = as_map_batch(maps)
-    flat = maps.reshape(maps.shape[0], -1)
-    return torch.sort(flat, dim=1, descending=positive, stable=True).indices
+    batch = maps.shape[0]
+    flat = maps.reshape(batch, -1)
+    seeds = _check_seeds(seeds, batch)
+    perms = torch.stack([torch.randperm(flat.shape[1], generator=torch.Generator().manual_seed(s))
+                         for s in seeds]).to(flat.device)
+    within = torch.sort(flat.gather(1, perms), dim=1, descending=positive, stable=True).indices
+    return perms.gather(1, within)
 
 
 def pixel_ranks(order: torch.Tensor) -> torch.Tensor:
@@ -78,22 +130,67 @@ def pixel_ranks(order: torch.Tensor) -> torch.Tensor:
     return ranks
 
 
-def perturbation_masks(maps: torch.Tensor, positive: bool,
-                       fractions: tuple[float, ...] = VISION_FRACTIONS) -> torch.Tensor:
+def topk_removed(normalised: torch.Tensor, positive: bool, counts: Sequence[int]) -> torch.Tensor:
+    """The pixels the official code removes, ``BoolTensor [B, S, H*W]``, under ``tie_break="topk"``.
+
+    For each map and each step ``s``: ``torch.topk(v, counts[s], dim=-1)`` with ``v`` the map flattened to
+    ``[1, H * W]``, negated for negative perturbation (module docstring). ``normalised``: the ReLU'd min-max
+    normalised maps ``[B, H, W]`` exactly as the official code stored them.
+    """
+    batch = normalised.shape[0]
+    removed = torch.zeros(batch, len(counts), normalised[0].numel(), dtype=torch.bool, device=normalised.device)
+    for b in range(batch):
+        v = normalised[b].reshape(1, -1)
+        if not positive:
+            v = -v
+        for s, k in enumerate(counts):
+            removed[b, s, torch.topk(v, k, dim=-1).indices[0]] = True
+    return removed
+
+
+def perturbation_masks(maps: torch.Tensor, positive: bool, fractions: tuple[float, ...] = VISION_FRACTIONS, *,
+                       tie_break: str | None = "topk", seeds: Sequence[int] | None = None) -> torch.Tensor:
     """Which pixels are removed at each step, ``BoolTensor [B, S, H, W]`` (True = set to black).
 
-    The maps are ReLU'd and min-max normalised per image, ordered by :func:`pixel_order` (ties by pixel index
-    ascending), and step ``s`` removes the first ``int(H * W * fractions[s])`` pixels. The masks are nested:
-    each step removes a superset of the previous one. A constant map (no range after the ReLU) is all zeros,
-    so its order is plain index order.
+    The maps are ReLU'd and min-max normalised per image; step ``s`` removes ``int(H * W * fractions[s])``
+    pixels, chosen by ``tie_break`` (``"topk"`` or ``"random"``; None is the official default, ``topk``; callers
+    that know the protocol resolve it with :func:`resolve_tie_break`): ``topk`` by :func:`topk_removed` (a map without range is NaN there, as in the
+    official code), ``random`` as the first pixels of :func:`pixel_order` with ``seeds`` (one per map;
+    nested masks; a map without range is all ties, so its order is the seeded permutation).
     """
     maps = as_map_batch(maps)
+    tie_break = resolve_tie_break(tie_break)
     batch, height, width = maps.shape
-    normalised, _ = minmax_per_image(maps, relu=True)
-    ranks = pixel_ranks(pixel_order(normalised, positive))
-    counts = torch.tensor(step_pixel_counts(height * width, fractions), device=ranks.device)
-    removed = ranks[:, None, :] < counts[None, :, None]
+    normalised, degenerate = minmax_per_image(maps, relu=True)
+    counts = step_pixel_counts(height * width, fractions)
+    if tie_break == "topk":
+        official = torch.where(degenerate[:, None, None], torch.full_like(normalised, float("nan")), normalised)
+        removed = topk_removed(official, positive, counts)
+    else:
+        ranks = pixel_ranks(pixel_order(normalised, positive, seeds))
+        removed = ranks[:, None, :] < torch.tensor(counts, device=ranks.device)[None, :, None]
     return removed.reshape(batch, len(fractions), height, width)
+
+
+def tied_pixel_share(maps: torch.Tensor) -> torch.Tensor:
+    """Per map, the share of pixels the tie-break can reorder, float64 ``[B]`` in [0, 1].
+
+    Defined on the ReLU'd, min-max normalised map (the tensor pixels are chosen on): the fraction of its pixels
+    whose value equals the value of at least one other pixel of the same map, i.e. the pixels in tie groups of
+    size >= 2. On a ReLU'd map this includes every pixel whose relevance was <= 0; a map without range counts as
+    all tied.
+    """
+    normalised, _ = minmax_per_image(maps, relu=True)
+    ordered = normalised.reshape(normalised.shape[0], -1).sort(dim=1).values
+    equal_next = ordered[:, 1:] == ordered[:, :-1]
+    tied = torch.zeros_like(ordered, dtype=torch.bool)
+    tied[:, 1:] |= equal_next
+    tied[:, :-1] |= equal_next
+    return tied.double().mean(dim=1)
+
+
+def _mean_share(components: np.ndarray) -> np.ndarray:
+    return np.mean(components[..., 0], axis=-1)
 
 
 #: positive perturbation removes the most relevant pixels first (lower is better), negative the least (higher)
@@ -106,3 +203,7 @@ register_metric(MetricSpec("auc_predicted", _DIRECTION, VISION_STEPS.describe() 
 register_metric(MetricSpec("auc_target", _DIRECTION, VISION_STEPS.describe() + " of the sample-mean curve",
                            "pixel perturbation, map of the ground-truth class, top-1 accuracy", "3", "%",
                            ("positive", "negative"), (MetricSource(("accuracy",)),), perturbation_auc, curve=True))
+register_metric(MetricSpec("tied_pixel_share", None, "mean over samples of the per-map share of tied pixels",
+                           "share of pixels whose normalised value ties with another pixel of the map "
+                           "(what the pixel-perturbation tie-break decides), per map kind", "3", "",
+                           ("predicted", "target"), (MetricSource(("tied_pixel_share",)),), _mean_share))

@@ -1,6 +1,7 @@
 """Vision perturbation protocol (PROTOCOL.md section 3) against the official fixture and a slow reference."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -87,19 +88,31 @@ class _Recorder(torch.nn.Module):
         return self.linear(x.flatten(1))
 
 
-def _slow_reference(model, images, maps, positive, mean, std):
-    """Protocol text, one sample and one step at a time: ReLU, min-max, order by (value, index), zero the
-    first int(H*W*p) pixels of the raw image, normalise, classify."""
+def _documented_seed(seed: int, sample_id: str) -> int:
+    """The seed of one image's random tie order, as docs/evaluation.md defines it (written out here)."""
+    digest = hashlib.blake2b(f"tie_break|{seed}|{sample_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _slow_reference(model, images, maps, positive, mean, std, tie_break, sample_ids=None, seed=0):
+    """Protocol text, one sample and one step at a time: ReLU, min-max (float32), choose int(H*W*p) pixels
+    (topk: torch.topk on the flattened map, negated for negative; random: by value, then by position in the
+    image's seeded permutation), zero them in the raw image, normalise, classify."""
     out = []
-    for img, m in zip(images, maps):
-        v = m.clamp(min=0).double()
-        v = (v - v.min()) / (v.max() - v.min())
-        flat = v.reshape(-1).tolist()
-        order = sorted(range(len(flat)), key=lambda i: ((-flat[i] if positive else flat[i]), i))
+    for n, (img, m) in enumerate(zip(images, maps)):
+        v = m.clamp(min=0)
+        v = ((v - v.min()) / (v.max() - v.min())).reshape(1, -1)
+        if tie_break == "random":
+            perm = torch.randperm(v.numel(), generator=torch.Generator().manual_seed(_documented_seed(seed,
+                                                                                                     sample_ids[n])))
+            position = {int(p): i for i, p in enumerate(perm)}
+            flat = v[0].tolist()
+            order = sorted(range(len(flat)), key=lambda i: ((-flat[i] if positive else flat[i]), position[i]))
         rows = []
-        for k in step_pixel_counts(len(flat)):
+        for k in step_pixel_counts(v.numel()):
+            chosen = torch.topk(v if positive else -v, k, dim=-1).indices[0] if tie_break == "topk" else order[:k]
             x = img.clone().reshape(3, -1)
-            x[:, order[:k]] = 0.0
+            x[:, chosen] = 0.0
             x = x.reshape(1, *img.shape)
             x = (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
             with torch.no_grad():
@@ -108,16 +121,40 @@ def _slow_reference(model, images, maps, positive, mean, std):
     return torch.stack(out)
 
 
+@pytest.mark.parametrize("tie_break", ["topk", "random"])
 @pytest.mark.parametrize("positive", [True, False])
-def test_matches_slow_reference_with_ties_and_pretrained_cfg(positive):
+def test_matches_slow_reference_with_ties_and_pretrained_cfg(positive, tie_break):
     g = torch.Generator().manual_seed(1)
     images = torch.rand(3, 3, 6, 6, generator=g)
     maps = torch.randint(-2, 3, (3, 6, 6), generator=g).float()  # ReLU + few values -> heavy ties
     cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.5, 1.0)}
     model = _Recorder(cfg).eval()
-    fast = perturbed_logits(model, images, maps, positive, batch_size=4)
-    slow = _slow_reference(model, images, maps, positive, cfg["mean"], cfg["std"])
+    ids = ["img/a", "img/b", "img/c"]
+    fast = perturbed_logits(model, images, maps, positive, batch_size=4, tie_break=tie_break, sample_ids=ids, seed=3)
+    slow = _slow_reference(model, images, maps, positive, cfg["mean"], cfg["std"], tie_break, ids, seed=3)
     torch.testing.assert_close(fast, slow, rtol=0, atol=1e-5)
+
+
+def test_protocol_sets_the_default_tie_break_and_random_is_batch_invariant():
+    g = torch.Generator().manual_seed(2)
+    images = torch.rand(4, 3, 6, 6, generator=g)
+    maps = torch.randint(-3, 2, (4, 6, 6), generator=g).float()  # mostly ties at 0
+    model = _Recorder().eval()
+    ids = ["s0", "s1", "s2", "s3"]
+    corrected = perturbed_logits(model, images, maps, False, protocol="corrected", sample_ids=ids)
+    assert torch.equal(corrected, perturbed_logits(model, images, maps, False, tie_break="random", sample_ids=ids))
+    official = perturbed_logits(model, images, maps, False, protocol="official", sample_ids=ids)
+    assert torch.equal(official, perturbed_logits(model, images, maps, False, tie_break="topk"))
+    assert not torch.equal(official, corrected)
+    # one image's removed pixels do not depend on which other images share its batch
+    pair = perturbed_logits(model, images[[2, 0]], maps[[2, 0]], False, protocol="corrected", sample_ids=["s2", "s0"])
+    torch.testing.assert_close(pair, corrected[[2, 0]], rtol=0, atol=1e-6)
+    reseeded = perturbed_logits(model, images, maps, False, protocol="corrected", sample_ids=ids, seed=1)
+    assert not torch.equal(reseeded, corrected)
+    with pytest.raises(BadInputError, match="needs one sample id per image"):
+        perturbed_logits(model, images, maps, False, protocol="corrected")
+    with pytest.raises(BadInputError, match="unknown tie_break"):
+        vision_perturbation_curves(model, images, maps, tie_break="stable")
 
 
 def test_removed_pixels_are_black_before_normalisation_and_forwards_are_stacked():
@@ -184,3 +221,65 @@ def test_user_errors():
         vision_perturbation_curves(model, images, maps, labels=torch.tensor([0.0, 1.0]))
     with pytest.raises(BadInputError):
         vision_perturbation_curves(model, images, maps, batch_size=0)
+
+
+OFFICIAL_PERT = ("ties", "attnlrp", "pa_lrp", "pe_only")
+
+
+def _official_pert(name: str) -> dict:
+    with np.load(VISION / f"official_pert_{name}.npz") as f:
+        data = {k: f[k] for k in f.files}
+    data["meta"] = json.loads(str(data.pop("meta_json")))
+    return data
+
+
+_FIXTURE_TORCH = _official_pert("ties")["meta"]["versions"]["torch"]
+
+
+@pytest.mark.skipif(torch.__version__.split("+")[0] != _FIXTURE_TORCH,
+                    reason=f"the official curves on tied maps were made with torch {_FIXTURE_TORCH} on the CPU: which "
+                           f"tied pixels torch.topk returns is a torch implementation detail (this is "
+                           f"{torch.__version__}); tests/metrics/test_tie_break.py checks topk in process")
+@pytest.mark.parametrize("name", OFFICIAL_PERT)
+def test_official_curves_on_tie_heavy_maps_with_predicted_targets(fixture_vit, name):
+    """The official Table-4 code's per-sample curves on maps with 35-64% exact zeros (tie-heavy 14x14 maps and
+    the official attnlrp / pa_lrp / pe_only maps), for the predicted class and for targets that are the model's
+    prediction (samples 0, 1) or its runner-up (2, 3), so the target curves are not trivially 0: identical 0/1
+    curves and AUCs under protocol=official, and the logit / probability of the predicted class at every step to
+    float32 rounding (which pins the removed pixels)."""
+    ref = _official_pert(name)
+    assert ref["meta"]["device"] == "cpu" and ref["meta"]["batch_size"] == 1
+    images = torch.load(VISION / "images_raw.pt")[torch.from_numpy(ref["image_index"])]
+    maps = torch.from_numpy(ref["maps"])
+    pred_maps, target_maps = maps[ref["pred_map_index"]], maps[ref["target_map_index"]]
+    targets = torch.from_numpy(ref["targets"])
+    assert ref["pred"].tolist() == targets[:2].tolist() + [0, 0] and ref["pred"][0] != targets[2]
+    for sign, positive in (("pos", True), ("neg", False)):
+        top = vision_perturbation_curves(fixture_vit, images, pred_maps, None, positive, protocol="official")
+        target = vision_perturbation_curves(fixture_vit, images, target_maps, targets, positive, protocol="official")
+        assert top.numpy().tolist() == ref[f"{sign}_top"].tolist()
+        assert target.numpy().tolist() == ref[f"{sign}_target"].tolist()
+        assert perturbation_auc(top) == pytest.approx(100 * float(ref[f"auc_{sign}_top"]), abs=1e-9)
+        assert perturbation_auc(target) == pytest.approx(100 * float(ref[f"auc_{sign}_target"]), abs=1e-9)
+        logits = perturbed_logits(fixture_vit, images, pred_maps, positive, include_original=True)
+        np.testing.assert_allclose(logits[:, 0].numpy(), ref["logits"], rtol=0, atol=1e-5)
+        index = logits[:, 0].argmax(-1)[:, None, None].expand(-1, 9, 1)
+        np.testing.assert_allclose(logits[:, 1:].gather(2, index)[..., 0].numpy(), ref[f"{sign}_logits"],
+                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(logits[:, 1:].softmax(-1).gather(2, index)[..., 0].numpy(),
+                                   ref[f"{sign}_probabilities"], rtol=0, atol=2e-6)
+    # the target curves of the runner-up samples carry information (they rise from 0 somewhere)
+    assert ref["pos_target"][2:].sum() + ref["neg_target"][2:].sum() > 0
+
+
+def test_the_tie_fixture_tells_tie_breaks_apart(fixture_vit):
+    """Self-check of the test above: another tie-break on the same tied maps moves the logit curves far beyond
+    the 1e-5 tolerance (the comparison can fail)."""
+    ref = _official_pert("ties")
+    images = torch.load(VISION / "images_raw.pt")[torch.from_numpy(ref["image_index"])]
+    pred_maps = torch.from_numpy(ref["maps"])[ref["pred_map_index"]]
+    logits = perturbed_logits(fixture_vit, images, pred_maps, False, include_original=True, tie_break="random",
+                              sample_ids=["a", "b", "c", "d"])
+    index = logits[:, 0].argmax(-1)[:, None, None].expand(-1, 9, 1)
+    gap = np.abs(logits[:, 1:].gather(2, index)[..., 0].numpy() - ref["neg_logits"])
+    assert gap.max() > 1e-2 and (gap > 1e-5).sum() >= 18
