@@ -209,6 +209,9 @@ class PalrpConfig:
     aggregation: Aggregation = Aggregation.official
     #: composite overriding every method's default rules (``attnlrp``, ``cp_lrp``, ``official_vit``, ...)
     rules: Optional[str] = None
+    #: pixel-perturbation tie-break among equal map values (``topk`` | ``random``); None = the protocol's default
+    #: (``official`` -> ``topk``, ``corrected`` -> ``random``; palrp_bench/metrics/perturbation.py)
+    tie_break: Optional[str] = None
     seed: int = 0
     #: a single cell or a filter: set by ``model=...``, ``task=...``, ``method=...``, ``metric=...``
     model: Optional[ModelConfig] = None

@@ -91,7 +91,7 @@ def _frame_with_cells(results: pd.DataFrame) -> pd.DataFrame:
     for col in CELL_COLUMNS + ["rules"]:
         if col not in df.columns:
             df[col] = ""
-    df[CELL_COLUMNS + ["rules"]] = df[CELL_COLUMNS + ["rules"]].fillna("").astype(str)
+    df[CELL_COLUMNS + ["rules"]] = df[CELL_COLUMNS + ["rules"]].astype(object).fillna("").astype(str)
     df["variant"] = df["variant"].astype(str)
     return df
 

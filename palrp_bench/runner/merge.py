@@ -2,9 +2,9 @@
 (DESIGN.md "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
-plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal, rules,
-aggregation. Scalar metrics have an empty ``step``. A sample whose relevance was non-finite has a single row
-``metric=nonfinite_relevance, value=1``.
+plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal,
+tie_break (empty for cells without pixel perturbation), rules, aggregation. Scalar metrics have an empty ``step``.
+A sample whose relevance was non-finite has a single row ``metric=nonfinite_relevance, value=1``.
 
 Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
 finishes, under an exclusive lock on ``<run_dir>/.merge.lock``; the last one sees every shard). Both files are
@@ -73,6 +73,7 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
         for col in ("model", "quantization", "dtype", "task", "paper_task", "protocol", "method"):
             frame[col] = cell[col]
         frame["causal"] = bool(cell.get("causal", cell["settings"]["task"].get("causal", True)))
+        frame["tie_break"] = cell.get("tie_break") or ""
         frame["run"] = run_id
         frames.append(frame[RESULT_COLUMNS])
         cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],

@@ -49,6 +49,8 @@ class Cell:
     aggregation: str
     rules: str | None
     seed: int
+    #: the pixel-perturbation tie-break, resolved (``topk`` / ``random``); None for tasks without pixel perturbation
+    tie_break: str | None = None
 
     @property
     def key(self) -> str:
@@ -63,7 +65,7 @@ class Cell:
 
         return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
                           protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
-                          forward_batch_size=forward_batch_size)
+                          forward_batch_size=forward_batch_size, tie_break=self.tie_break, seed=self.seed)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
@@ -76,8 +78,11 @@ class Cell:
         for key in ("pool_size", "select_count", "paper_task", "metrics"):
             task.pop(key, None)
         task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
-        return {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
-                "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
+        settings = {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
+                    "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
+        if self.tie_break is not None:  # only cells with pixel perturbation (other cells keep their fingerprint)
+            settings["tie_break"] = self.tie_break
+        return settings
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
@@ -88,8 +93,8 @@ class Cell:
                 "task": self.task.name, "method": self.method,
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
-                "protocol": self.protocol, "causal": bool(self.task.causal), "aggregation": self.aggregation,
-                "rules": self.rules,
+                "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
+                "aggregation": self.aggregation, "rules": self.rules,
                 "fingerprint": self.fingerprint(), "settings": self.settings()}
 
 
@@ -130,10 +135,13 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     registered."""
     from ..evaluation.tasks import task_kinds
     from ..methods.registry import get_method
+    from ..metrics.perturbation import resolve_tie_break
     from ..models.loading import LOADERS
 
     chosen = {g: cfg[g].name for g in ("model", "task", "method") if cfg.get(g) is not None}
     metric_choice = cfg.metric.name if cfg.get("metric") is not None else None
+    protocol = cfg.protocol.value if isinstance(cfg.protocol, Enum) else str(cfg.protocol)
+    tie_break = resolve_tie_break(cfg.get("tie_break"), protocol)
     if cfg.rules is not None:
         from ..lrp.composites import get_composite
 
@@ -186,10 +194,10 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             metrics = (metric_choice,)
         if not metrics:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
-        cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=cfg.protocol.value
-                    if isinstance(cfg.protocol, Enum) else str(cfg.protocol),
+        cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
-                    rules=cfg.rules, seed=int(cfg.seed))
+                    rules=cfg.rules, seed=int(cfg.seed),
+                    tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
         if cell.key in seen:
             continue
         seen.add(cell.key)

@@ -112,8 +112,12 @@ def test_vision_rows(tmp_path, tiny_vit, task):
     norm = (torch.stack([s.image for s in loaded]) - 0.5) / 0.25
     rel = palrp_bench.explain(tiny_vit, norm, method="pa_lrp")
     if task == "synthetic_shapes":
-        assert metrics == {"agreement", "accuracy", "relevance_semantic", "relevance_positional",
+        assert metrics == {"agreement", "accuracy", "tied_pixel_share", "relevance_semantic", "relevance_positional",
                            "relevance_semantic_with_cls", "relevance_positional_with_cls", "correct"}
+        from palrp_bench.metrics.perturbation import tied_pixel_share
+        ties = {r[1]: r[3] for r in results[2].rows if r[0] == "tied_pixel_share"}
+        assert set(ties) == {"predicted", "target"}
+        assert ties["predicted"] == pytest.approx(float(tied_pixel_share(rel.scores)[2]), abs=2 / 64 ** 2)
         agree = [r for r in results[0].rows if r[0] == "agreement" and r[1] == "positive"]
         assert [r[2] for r in agree] == pytest.approx([0.1 * k for k in range(1, 10)])
         share = {r[0]: r[3] for r in results[2].rows if r[0].startswith("relevance")}
@@ -177,8 +181,9 @@ def test_a_protocol_added_later_reuses_the_cached_explanation(tmp_path, tiny_vit
     assert report.n_computed == 0 and report.n_skipped == 4 and len(calls) == 2
     merge_run(tmp_path)
     df = read_results(tmp_path)
-    assert set(df.metric) == {"agreement", "accuracy", "relevance_semantic", "relevance_positional",
-                              "relevance_semantic_with_cls", "relevance_positional_with_cls", "correct"}
+    assert set(df.metric) == {"agreement", "accuracy", "tied_pixel_share", "relevance_semantic",
+                              "relevance_positional", "relevance_semantic_with_cls", "relevance_positional_with_cls",
+                              "correct"}
     assert df.groupby(["sample_id", "metric", "variant", df.step.fillna(-1)]).size().max() == 1
 
 

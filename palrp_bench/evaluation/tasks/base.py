@@ -26,8 +26,9 @@ class ModelBundle:
 @dataclass
 class JobContext:
     """Everything an adapter needs besides the model and the samples: the cell's task config and settings, the
-    metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device and
-    the perturbation forward batch size."""
+    metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device,
+    the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default) and
+    the run seed (seeds per-sample randomness together with the sample id)."""
 
     task: Any
     method: str
@@ -38,6 +39,8 @@ class JobContext:
     device: str = "cpu"
     cache: Any = None
     forward_batch_size: int = 64
+    tie_break: str | None = None
+    seed: int = 0
 
 
 @dataclass

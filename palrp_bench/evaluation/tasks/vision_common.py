@@ -9,7 +9,9 @@ Then, by the cell's metrics:
 
 * ``vision_perturbation`` (Table 4): rows ``agreement`` (predicted-class map, agreement with the original
   prediction) and ``accuracy`` (ground-truth map, top-1 accuracy), variants ``positive`` / ``negative``, steps
-  ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.vision_perturbation.vision_perturbation_curves`);
+  ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.vision_perturbation.vision_perturbation_curves`, tie-break
+  ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map
+  (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`);
 * ``positional_share`` (Appendix F): signed totals ``relevance_semantic`` / ``relevance_positional`` (patches
   only, what the maps use) and ``..._with_cls`` (CLS terms added), from the predicted-class pass;
 * ``segmentation`` (Table 5): per-image pixel counts of the mean-thresholded predicted-class map against the
@@ -30,7 +32,7 @@ import torch
 from ...data.base import ImageSample
 from ...data.registry import load_dataset, sample_ids_of
 from ...errors import BadInputError
-from ...metrics.perturbation import VISION_FRACTIONS
+from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
 from ...metrics.segmentation import segmentation_counts
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from .base import JobContext, SampleResult, nonfinite_result
@@ -140,15 +142,20 @@ class VisionAdapter:
         ok = [i for i in range(len(samples)) if bool(finite[i])]
         rows: dict[int, list] = {i: [] for i in ok}
         if ok and "vision_perturbation" in metrics:
+            ties = dict(protocol=ctx.protocol, tie_break=ctx.tie_break, seed=ctx.seed,
+                        sample_ids=[samples[i].sample_id for i in ok], batch_size=ctx.forward_batch_size)
+            maps = {"predicted": ex["scores"][ok]} | ({"target": ex["scores_target"][ok]} if with_target else {})
+            for kind, kind_maps in maps.items():
+                share = tied_pixel_share(kind_maps)
+                for k, i in enumerate(ok):
+                    rows[i].append(("tied_pixel_share", kind, SCALAR, float(share[k])))
             for positive, variant in ((True, "positive"), (False, "negative")):
-                agree = vision_perturbation_curves(bundle.model, images[ok], ex["scores"][ok], None, positive,
-                                                   batch_size=ctx.forward_batch_size)
+                agree = vision_perturbation_curves(bundle.model, images[ok], maps["predicted"], None, positive, **ties)
                 for k, i in enumerate(ok):
                     rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
                 if with_target:
-                    acc = vision_perturbation_curves(bundle.model, images[ok], ex["scores_target"][ok],
-                                                     torch.tensor([labels[i] for i in ok]), positive,
-                                                     batch_size=ctx.forward_batch_size)
+                    acc = vision_perturbation_curves(bundle.model, images[ok], maps["target"],
+                                                     torch.tensor([labels[i] for i in ok]), positive, **ties)
                     for k, i in enumerate(ok):
                         rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
         if ok and "positional_share" in metrics:
