@@ -17,7 +17,7 @@ from ..metrics.table import metric_samples, table_metrics
 from ..rundir import METRICS_CSV, RESULTS_CSV
 from .published import load_published
 from .tables import (comparison_frame, comparison_latex, comparison_markdown, paired_frame, paired_latex,
-                     paired_markdown, reproduced_frame)
+                     paired_markdown, reproduced_frame, tie_break_frame, tie_break_markdown)
 
 _METHOD_NOTE = (
     "Intervals: {conf}% BCa bootstrap over samples of the table metric's own function (scipy.stats.bootstrap; "
@@ -92,6 +92,10 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
     md = ["# palrp-bench report", "", note, "", "## Published vs reproduced", "",
           comparison_markdown(comparison, confidence) if not comparison.empty else "no table metrics in the input",
           "", "## Paired comparisons (same samples)", "", paired_markdown(paired)]
+    by_tie_break = tie_break_frame(metrics)
+    if not by_tie_break.empty:
+        md += ["", "## Table 4 under each pixel-perturbation tie-break", "",
+               tie_break_markdown(by_tie_break, confidence)]
     tex = [f"% palrp-bench report. {note}", comparison_latex(comparison, confidence), paired_latex(paired)]
     files = []
     for name, content in (("report.md", "\n".join(md) + "\n"), ("report.tex", "\n\n".join(tex) + "\n")):

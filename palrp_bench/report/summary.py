@@ -39,7 +39,9 @@ def summary_text(metrics: pd.DataFrame, confidence: float = 0.95) -> str:
                 cells.append(_cell_text(hit.iloc[0]) if len(hit) else "-")
             rows.append(cells)
         first = rdf.iloc[0]
-        title = (f"{model} / {task}  (protocol={first['protocol']}, causal={first['causal']}, "
+        tie_break = first.get("tie_break", "")
+        tie_text = f"tie_break={tie_break}, " if isinstance(tie_break, str) and tie_break else ""
+        title = (f"{model} / {task}  (protocol={first['protocol']}, causal={first['causal']}, {tie_text}"
                  f"aggregation={first['aggregation']}, "
                  f"{int(round(confidence * 100))}% CI: BCa bootstrap)")
         blocks.append(title + "\n" + markdown_table(headers, rows))

@@ -75,12 +75,57 @@ def comparison_frame(reproduced: pd.DataFrame, published: pd.DataFrame) -> pd.Da
     df["higher_is_better"] = [direction(m, v, h) for m, v, h in zip(df["metric"], df["variant"],
                                                                     df["higher_is_better"])]
     cols = ["table", "model", "task", "run_task", "method", "variant", "metric", "published", "reproduced",
-            "ci_low", "ci_high", "difference", "n", "higher_is_better", "interval", "protocol", "causal", "aggregation",
-            "rules", "quantization", "dtype", "run"]
+            "ci_low", "ci_high", "difference", "n", "higher_is_better", "interval", "protocol", "causal", "tie_break",
+            "aggregation", "rules", "quantization", "dtype", "run"]
     for c in cols:
         if c not in df.columns:
             df[c] = np.nan
     return df[cols]
+
+
+def tie_break_frame(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Table 4 under each pixel-perturbation tie-break side by side: one row per (model, task, method, metric,
+    variant) of the vision perturbation AUCs, one ``value`` / ``ci_low`` / ``ci_high`` / ``n`` group per
+    ``tie_break`` found in ``metrics`` (e.g. two runs, ``tie_break=topk`` and ``tie_break=random``). Empty unless
+    at least two tie-breaks are present."""
+    from ..metrics.registry import metric_specs
+
+    if metrics.empty or "tie_break" not in metrics.columns:
+        return pd.DataFrame()
+    table4 = [name for name, spec in metric_specs().items() if spec.curve and spec.section == "3"]
+    rows = metrics[metrics["metric"].isin(table4) & metrics["tie_break"].notna()]
+    rows = rows[rows["tie_break"].astype(str) != ""]
+    if rows["tie_break"].nunique() < 2:
+        return pd.DataFrame()
+    key = ["model", "task", "method", "metric", "variant"]
+    wide = rows.pivot_table(index=key, columns="tie_break", values=["value", "ci_low", "ci_high", "n"],
+                            aggfunc="first", dropna=False)
+    return wide.sort_index()
+
+
+def tie_break_markdown(wide: pd.DataFrame, confidence: float) -> str:
+    """:func:`tie_break_frame` as Markdown: per tie-break (``topk`` first) the AUC [CI], and each other tie-break
+    minus the first."""
+    if wide.empty:
+        return "runs under only one tie-break"
+    from ..metrics.perturbation import TIE_BREAKS
+
+    rank = {m: i for i, m in enumerate(TIE_BREAKS)}
+    modes = sorted(wide["value"].columns, key=lambda m: (rank.get(m, len(rank)), m))
+    headers = ["model", "task", "method", "metric", "variant"] + [f"{m} [{int(confidence * 100)}% CI]"
+                                                                  for m in modes]
+    headers += [f"{m} - {modes[0]}" for m in modes[1:]]
+    rows = []
+    for key, r in wide.iterrows():
+        cells = [str(k) for k in key]
+        cells[3] += _arrow(direction(key[3], key[4]))
+        for m in modes:
+            value = r[("value", m)]
+            cells.append(_fmt_ci({"reproduced": value, "ci_low": r[("ci_low", m)], "ci_high": r[("ci_high", m)]})
+                         if pd.notna(value) else "-")
+        cells += [_fmt(r[("value", m)] - r[("value", modes[0])]) for m in modes[1:]]
+        rows.append(cells)
+    return markdown_table(headers, rows)
 
 
 def paired_frame(metrics: list[MetricSamples], confidence: float, n_boot: int) -> pd.DataFrame:
