@@ -170,8 +170,9 @@ class RunnerConfig:
     n_shards: Optional[int] = None
     #: run only this shard index (SLURM array element); None = all shards
     shard: Optional[int] = None
-    #: samples explained together
-    batch_size: int = 8
+    #: samples explained together: a positive int, or ``auto`` (the largest that fits the device, halved on
+    #: out-of-memory and remembered; a fixed 8 on the CPU: :mod:`palrp_bench.runner.batching`)
+    batch_size: Any = 8
     #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
     #: cap on the samples of each cell (first N of the selected samples in dataset order); None = all

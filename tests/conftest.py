@@ -1,6 +1,7 @@
 """Shared pytest setup: deterministic, single-threaded-friendly, offline."""
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -9,6 +10,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tiny models: one thread is several times faster than two fighting over small matmuls (and CI has 2 cores)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the user cache (selection flags, remembered batch sizes) of this test session only, shared by its CLI children
+os.environ["PALRP_CACHE_DIR"] = tempfile.mkdtemp(prefix="palrp-test-cache-")
 
 import torch  # noqa: E402
 

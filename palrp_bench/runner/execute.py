@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -20,10 +20,11 @@ from tqdm import tqdm
 from ..atomic_io import write_json_atomic
 from ..errors import BadInputError
 from ..evaluation.tasks import task_adapter
+from .batching import BatchSizer, length_sorted
 from .bundles import BundleCache
 from .plan import Job
 from .selection import select_samples
-from .sharding import batches, shard_of
+from .sharding import shard_of
 from .store import ExplanationCache, ShardStore, encode_record, stored_metrics
 
 log = logging.getLogger("palrp_bench.runner")
@@ -42,6 +43,7 @@ class JobReport:
     n_computed: int = 0
     n_nonfinite: int = 0
     seconds: float = 0.0
+    batch_size: int | None = None
     error: str | None = None
 
 
@@ -132,7 +134,9 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         cache = ExplanationCache(cell_dir) if job.cache_explanations else None
         ctx = job.cell.context(device, cache, job.forward_batch_size)
         pool = adapter.load_samples(job.cell.task, bundle)
-        selected = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples)
+        selected, selection = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples,
+                                             quiet=quiet)
+        status["selection"] = asdict(selection)
         order = {s.sample_id: i for i, s in enumerate(selected)}
         mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)
@@ -149,11 +153,22 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
             log.info("%s: %d of %d samples already stored, computing %d", job.name, report.n_skipped, len(mine),
                      n_todo)
         progress = _Progress(job, n_todo, quiet, log_every, position)
+        sizer = BatchSizer(job.batch_size, device, job.cell)
         try:
             with ShardStore(job.store_path(run_dir)) as store:
                 for metrics, samples in todo.items():
-                    for batch in batches(samples, job.batch_size):
-                        results = adapter.evaluate(bundle, list(batch), ctx, metrics)
+                    ordered = length_sorted(samples, adapter)
+                    start = 0
+                    while start < len(ordered):
+                        batch = ordered[start:start + sizer.size]
+                        try:
+                            results = adapter.evaluate(bundle, list(batch), ctx, metrics)
+                        except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
+                            if sizer.shrink(err):
+                                continue
+                            raise
+                        sizer.worked()
+                        start += len(batch)
                         if [r.sample_id for r in results] != [s.sample_id for s in batch]:
                             raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
                                                "of order or incomplete")  # a programming error, not a user one
@@ -168,6 +183,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
                                 log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
                                             job.name, result.sample_id)
                         progress.update(len(results))
+            report.batch_size = sizer.size
         finally:
             progress.close()
         report.status = "done"
@@ -180,7 +196,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         status.update(status=report.status, finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
                       n_selected=report.n_selected, n_shard=report.n_shard, n_skipped=report.n_skipped,
                       n_computed=report.n_computed, n_nonfinite=report.n_nonfinite, seconds=report.seconds,
-                      error=report.error)
+                      batch_size=report.batch_size, error=report.error)
         try:
             write_json_atomic(status_path, status)
         except OSError:  # pragma: no cover - the run dir vanished; the original error matters more

@@ -18,6 +18,7 @@ from .. import catalog
 from ..errors import BadInputError
 from ..rundir import cell_directory
 from ..schema import ModelConfig, TaskConfig
+from .batching import check_batch_size
 from .sharding import check_shard
 from .store import store_name
 
@@ -106,7 +107,7 @@ class Job:
     shard: int
     n_shards: int
     max_samples: int | None = None
-    batch_size: int = 8
+    batch_size: int | str = 8  # or "auto" (runner/batching.py)
     forward_batch_size: int = 64
     cache_explanations: bool = True
 
@@ -227,11 +228,11 @@ def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
     if runner.max_samples is not None and runner.max_samples < 1:
         raise BadInputError(f"runner.max_samples must be >= 1, got {runner.max_samples}",
                             "set a positive cap or leave it unset (null) for every sample")
-    for key in ("batch_size", "forward_batch_size"):
-        if runner[key] < 1:
-            raise BadInputError(f"runner.{key} must be >= 1, got {runner[key]}",
-                                f"set runner.{key} to a positive integer")
-    jobs = [Job(cell, s, int(n_shards), runner.max_samples, int(runner.batch_size), int(runner.forward_batch_size),
+    batch_size = check_batch_size(runner.batch_size)
+    if runner.forward_batch_size < 1:
+        raise BadInputError(f"runner.forward_batch_size must be >= 1, got {runner.forward_batch_size}",
+                            "set runner.forward_batch_size to a positive integer")
+    jobs = [Job(cell, s, int(n_shards), runner.max_samples, batch_size, int(runner.forward_batch_size),
                 bool(runner.cache_explanations))
             for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
             for s in shards]

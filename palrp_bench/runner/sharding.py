@@ -8,7 +8,7 @@ per-sample results are identical for 1 or N shards.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence, TypeVar
+from typing import Iterable, TypeVar
 
 from ..data.sample_ids import stable_hash
 from ..errors import BadInputError
@@ -36,10 +36,3 @@ def select_shard(samples: Iterable[T], shard: int, n_shards: int, key=lambda s: 
     """The samples of ``shard`` in their original order."""
     check_shard(shard, n_shards)
     return [s for s in samples if shard_of(key(s), n_shards) == shard]
-
-
-def batches(items: Sequence[T], batch_size: int) -> list[Sequence[T]]:
-    """Consecutive batches of at most ``batch_size`` items."""
-    if batch_size < 1:
-        raise BadInputError(f"runner.batch_size must be >= 1, got {batch_size}", "set runner.batch_size=8 (or another positive integer)")
-    return [items[i:i + batch_size] for i in range(0, len(items), batch_size)]

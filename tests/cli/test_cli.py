@@ -42,9 +42,11 @@ def test_unknown_model_exits_2_with_one_line(tmp_path):
 
 
 def test_wrong_type_fails_at_startup_naming_the_key(tmp_path):
-    done = run_cli("runner.batch_size=abc", cwd=tmp_path)
+    done = run_cli("runner.forward_batch_size=abc", cwd=tmp_path)
     assert done.returncode != 0
-    assert "runner.batch_size" in done.stderr and "could not be converted to Integer" in done.stderr
+    assert "runner.forward_batch_size" in done.stderr and "could not be converted to Integer" in done.stderr
+    line = _one_line_error(run_cli("runner.batch_size=abc", cwd=tmp_path))  # an int or "auto"
+    assert "runner.batch_size must be a positive integer or 'auto', got 'abc'" in line
     done = run_cli("protocol=offical", cwd=tmp_path)
     assert done.returncode != 0 and "expected one of [official, corrected]" in done.stderr
 

@@ -95,9 +95,10 @@ def test_selection_is_shard_and_batch_independent(tmp_path, rule):
         last = [k for k, ok in enumerate(correct) if ok][11]
         expected = ids[:last + 1]
     assert sorted(a.sample_id.unique()) == sorted(b.sample_id.unique()) == sorted(expected)
-    (cache,) = (tmp_path / "a/selection").glob("*.json")
-    record = json.loads(cache.read_text())
-    assert record["sample_ids"] == expected
+    manifest = json.loads((tmp_path / "a/manifest.json").read_text())
+    (shard,) = manifest["cells"][0]["shards"]
+    record = shard["selection"]
+    assert record["n_selected"] == len(expected) and record["rule"] == rule
     assert record["candidates_seen"] % SELECTION_CHUNK == 0 or record["candidates_seen"] == 40
     pd.testing.assert_series_equal(per_sample_values(a), per_sample_values(b))
 

@@ -95,7 +95,7 @@ def test_jobs_shards_and_validation(tmp_path):
     assert [(j.shard, j.n_shards) for j in plan_jobs(cfg, plan_cells(cfg), 1)] == [(2, 4), (2, 4)]
     for overrides, message in ((["runner.n_shards=2", "runner.shard=2"], "out of range"),
                                (["runner.shard=0"], "runner.n_shards is not"),
-                               (["runner.batch_size=0"], "batch_size must be >= 1"),
+                               (["runner.batch_size=0"], "batch_size must be a positive integer"),
                                (["runner.max_samples=0"], "max_samples must be >= 1")):
         cfg = compose_cfg(tmp_path, "experiment=selftest", *overrides)
         with pytest.raises(BadInputError, match=message):

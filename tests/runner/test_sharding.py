@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.runner.sharding import batches, check_shard, select_shard, shard_of, stable_hash
+from palrp_bench.runner.sharding import check_shard, select_shard, shard_of, stable_hash
 from runner.harness import light_import_preamble
 
 
@@ -51,8 +51,3 @@ def test_out_of_range_shard_is_a_one_line_error(shard, n):
         check_shard(shard, n)
     assert "\n" not in str(err.value) and "runner." in str(err.value)
 
-
-def test_batches():
-    assert batches(list(range(7)), 3) == [[0, 1, 2], [3, 4, 5], [6]]
-    with pytest.raises(BadInputError):
-        batches([1], 0)
