@@ -7,9 +7,15 @@ reused from the cell's explanation cache when present), then the generation / pr
 ``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions, plus ``correct`` (0/1) when the sample has a
 gold answer.
 
-Batching never changes a sample's numbers beyond float rounding: classification samples are grouped by length
-(under ``protocol=official`` the IMDB padding counts as tokens, so a sample must keep its own length), next-token
-samples are right-padded per batch (padding is excluded from both explanation and perturbation).
+Every sample is explained at its real length (its first ``meta['n_tokens']`` tokens; a batch is right-padded only
+to its longest real sample, and the runner batches samples of similar length, :meth:`TextAdapter.sample_length`).
+The models are causal, so right padding cannot change the relevance of the tokens before it, and the padded
+positions of a sample (IMDB's pads up to 512) get relevance exactly 0 -- what the explanation of the padded
+sequence gives them too (its read-out position is the last real token, which no pad can reach). The
+perturbation then runs on the sample as the protocol defines it: under ``protocol=official`` the IMDB padding
+counts as tokens (classification samples are grouped by their padded length for it), next-token samples are
+right-padded per batch and the padding is excluded. Batching never changes a sample's numbers beyond float
+rounding; ``tests/evaluation/test_unpadded_explanation.py`` checks the scores and curves against the padded run.
 
 Datasets (``task.dataset``) come from :func:`palrp_bench.data.registry.load_dataset` (``imdb``, ``arc``,
 ``wikipedia``, ``synthetic_text``; their options are documented there).
@@ -31,15 +37,21 @@ __all__ = ["TextAdapter"]
 _CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation"}
 
 
-def _batch(samples: list[TextSample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``(input_ids, attention_mask)``; real tokens are the first ``meta['n_tokens']``."""
-    length = max(len(s.input_ids) for s in samples)
+def _n_real(sample: TextSample) -> int:
+    """Real tokens of a sample (BOS included): ``meta['n_tokens']``, else all of ``input_ids``."""
+    return int(sample.meta.get("n_tokens", len(sample.input_ids)))
+
+
+def _batch(samples: list[TextSample], pad_id: int, *, real_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, attention_mask)``; real tokens are the first ``meta['n_tokens']``. With
+    ``real_only`` every sample is cut to its real tokens first (the explanation input)."""
+    rows = [s.input_ids[:_n_real(s)] if real_only else s.input_ids for s in samples]
+    length = max(len(r) for r in rows)
     ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(samples), length), dtype=torch.long)
-    for i, s in enumerate(samples):
-        n_real = int(s.meta.get("n_tokens", len(s.input_ids)))
-        ids[i, :len(s.input_ids)] = torch.tensor(s.input_ids, dtype=torch.long)
-        mask[i, :n_real] = 1
+    for i, (s, row) in enumerate(zip(samples, rows)):
+        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, :_n_real(s)] = 1
     return ids, mask
 
 
@@ -58,6 +70,10 @@ class TextAdapter:
     apply (``perturbation_task`` of :data:`palrp_bench.evaluation.nlp_perturbation.TASKS`)."""
 
     perturbation_task = "imdb"
+
+    def sample_length(self, sample: TextSample) -> int:
+        """The explained length of a sample (the runner batches similar lengths together)."""
+        return _n_real(sample)
 
     def load_samples(self, task, bundle) -> list[TextSample]:
         return list(load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
@@ -85,8 +101,9 @@ class TextAdapter:
         return [list(range(len(samples)))]
 
     def _explained(self, bundle, batch, ids, mask, ctx) -> tuple[torch.Tensor, list[dict], list[dict | None]]:
-        """Scores ``[B, T]``, info and arrays to cache of a group: from the explanation cache when every sample
-        of the group is there (nothing to cache then), else from one ``palrp_bench.explain`` call."""
+        """Scores ``[B, T]`` (``T`` = the group's padded width; 0 after each sample's real tokens), info and
+        arrays to cache of a group: from the explanation cache when every sample of the group is there (nothing to
+        cache then), else from one ``palrp_bench.explain`` call on the real tokens (module docstring)."""
         import palrp_bench
 
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in batch]
@@ -97,13 +114,15 @@ class TextAdapter:
             infos = [{"rules": str(c["rules"]), "aggregation": str(c["aggregation"]), "logit": float(c["logit"]),
                       "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
             return scores, infos, [None] * len(batch)
-        rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
+        real_ids, real_mask = _batch(batch, _pad_id(bundle), real_only=True)
+        rel = palrp_bench.explain(bundle.model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
                                   method=ctx.method, aggregation=ctx.aggregation, rules=ctx.rules,
                                   protocol=ctx.protocol, **self._explain_options(ctx)).to("cpu")
-        scores = rel.scores.detach().float()
+        scores = torch.zeros(ids.shape, dtype=torch.float32)
         infos, arrays = [], []
         for j, sample in enumerate(batch):
-            n_real = int(mask[j].sum())
+            n_real = _n_real(sample)
+            scores[j, :n_real] = rel.scores[j, :n_real].detach().float()
             infos.append({"rules": rel.rules, "aggregation": rel.aggregation, "logit": float(rel.logit[j]),
                           "explained": int(rel.target[j]), "n_tokens": n_real})
             tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
