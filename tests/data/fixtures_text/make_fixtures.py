@@ -10,6 +10,10 @@
   loader) and 3- and 5-choice questions.
 * ``wikipedia/20231101.en/train-0000{0,1}-of-00002.parquet``: ``wikimedia/wikipedia`` format (id, url, title,
   text), two shards of three articles, one article longer than 40 words.
+* ``formats/<dataset>/<layout>/``: the same rows (IMDB Hugging Face, ARC-Easy, Wikipedia) in every other local
+  layout the loaders read (``data/text_common.py``): JSON lines, a JSON list of records, a JSON dict of columns,
+  CSV (flat columns only: not ARC, whose ``choices`` are nested), a ``datasets`` ``save_to_disk`` folder of a
+  ``DatasetDict`` and of a single ``Dataset``, and ARC's original AI2 JSON lines (choices nested in ``question``).
 """
 from __future__ import annotations
 
@@ -113,7 +117,63 @@ def write_wikipedia() -> None:
     pq.write_table(pa.Table.from_pylist(rows[3:]), folder / "train-00001-of-00002.parquet")
 
 
+#: layouts of ``formats/`` per dataset (``tests/data/test_text_formats.py`` reads every one)
+FORMAT_LAYOUTS = {
+    "imdb_hf": ("jsonl", "json_records", "json_columns", "csv", "saved_dict"),
+    "arc": ("jsonl", "json_records", "json_columns", "saved_dict", "saved_single", "ai2_jsonl"),
+    "wikipedia": ("jsonl", "json_records", "json_columns", "csv", "saved_single"),
+}
+
+
+def _splits(dataset: str) -> dict[str, list[dict]]:
+    if dataset == "imdb_hf":
+        hf = HERE / "imdb_hf" / "plain_text"
+        return {split: pq.read_table(hf / f"{split}-00000-of-00001.parquet").to_pylist() for split in ("train", "test")}
+    if dataset == "arc":
+        return {"train": ARC_TRAIN, "test": ARC_TEST}
+    rows = [{"id": i, "url": f"https://en.wikipedia.org/wiki?curid={i}", "title": t, "text": x} for i, t, x in WIKI]
+    return {"train": rows}
+
+
+def _ai2(record: dict) -> dict:
+    """An ARC record as the original AI2 release nests it: ``question = {stem, choices: [{text, label}]}``."""
+    choices = [{"text": t, "label": lab} for t, lab in zip(record["choices"]["text"], record["choices"]["label"])]
+    return {"id": record["id"], "question": {"stem": record["question"], "choices": choices},
+            "answerKey": record["answerKey"]}
+
+
+def write_formats() -> None:
+    import shutil
+
+    import datasets
+
+    for dataset, layouts in FORMAT_LAYOUTS.items():
+        splits = _splits(dataset)
+        for layout in layouts:
+            folder = HERE / "formats" / dataset / layout
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            for split, rows in splits.items():
+                if layout in ("jsonl", "ai2_jsonl"):
+                    convert = _ai2 if layout == "ai2_jsonl" else (lambda r: r)
+                    name = f"{split}.jsonl" if layout == "jsonl" else f"ARC-Easy-{split.capitalize()}.jsonl"
+                    (folder / name).write_text("".join(json.dumps(convert(r)) + "\n" for r in rows))
+                elif layout == "json_records":
+                    (folder / f"{split}.json").write_text(json.dumps(rows))
+                elif layout == "json_columns":
+                    (folder / f"{split}.json").write_text(json.dumps({k: [r[k] for r in rows] for k in rows[0]}))
+                elif layout == "csv":
+                    pd.DataFrame(rows).to_csv(folder / f"{split}.csv", index=False)
+            if layout == "saved_dict":
+                datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in splits.items()}
+                                     ).save_to_disk(str(folder))
+            elif layout == "saved_single":
+                rows = [r for split_rows in splits.values() for r in split_rows]
+                datasets.Dataset.from_list(rows).save_to_disk(str(folder))
+
+
 if __name__ == "__main__":
     write_imdb()
     write_arc()
     write_wikipedia()
+    write_formats()
