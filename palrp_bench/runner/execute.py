@@ -4,6 +4,10 @@ DESIGN.md "Data flow of one run": per shard: load model + dataset shard -> batch
 protocol -> per-sample rows appended to the shard's store. Resume is implicit: samples stored by ANY earlier
 run of the cell (whatever its sharding) are skipped, so a killed job restarted with the same command computes
 only what is missing.
+
+The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
+cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), ``timing``
+(``load_model_s``, ``load_data_s``, ``selection_s``, ``evaluate_s``) and ``peak_device_bytes`` (CUDA only).
 """
 from __future__ import annotations
 
@@ -100,6 +104,23 @@ class _Progress:
             self.bar.close()
 
 
+def _reset_peak_memory(device: str) -> None:
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+
+
+def _peak_memory(device: str) -> int | None:
+    """Peak bytes allocated by torch on a CUDA device since :func:`_reset_peak_memory` (None on the CPU, where
+    the process's peak resident memory is what counts: ``scripts/rehearse.py`` measures it from outside)."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_allocated(torch.device(device)))
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and (when loaded) torch; the evaluations are deterministic, this guards the rest."""
     import random
@@ -130,13 +151,19 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         seed_everything(job.cell.seed)
         cell_dir = job.cell.directory(run_dir)
         adapter = task_adapter(job.cell.task.kind)
+        timing = status["timing"] = {}
+        mark = time.monotonic()
         bundle = bundles.get(job.cell.model, device)
+        timing["load_model_s"] = round(time.monotonic() - mark, 3)  # 0 when the worker had it loaded already
         cache = ExplanationCache(cell_dir) if job.cache_explanations else None
         ctx = job.cell.context(device, cache, job.forward_batch_size)
+        mark = time.monotonic()
         pool = adapter.load_samples(job.cell.task, bundle)
+        timing["load_data_s"] = round(time.monotonic() - mark, 3)
         selected, selection = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples,
                                              quiet=quiet)
         status["selection"] = asdict(selection)
+        timing["selection_s"] = selection.seconds
         order = {s.sample_id: i for i, s in enumerate(selected)}
         mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)
@@ -153,6 +180,8 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
             log.info("%s: %d of %d samples already stored, computing %d", job.name, report.n_skipped, len(mine),
                      n_todo)
         progress = _Progress(job, n_todo, quiet, log_every, position)
+        mark = time.monotonic()
+        _reset_peak_memory(device)
         sizer = BatchSizer(job.batch_size, device, job.cell)
         try:
             with ShardStore(job.store_path(run_dir)) as store:
@@ -183,9 +212,11 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
                                 log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
                                             job.name, result.sample_id)
                         progress.update(len(results))
+                        timing["evaluate_s"] = round(time.monotonic() - mark, 3)
             report.batch_size = sizer.size
         finally:
             progress.close()
+            status["peak_device_bytes"] = _peak_memory(device)
         report.status = "done"
     except BaseException as err:
         report.status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
