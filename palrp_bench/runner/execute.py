@@ -164,6 +164,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
                                              quiet=quiet)
         status["selection"] = asdict(selection)
         timing["selection_s"] = selection.seconds
+        write_json_atomic(status_path, status)  # what loading cost survives a kill during the evaluation
         order = {s.sample_id: i for i, s in enumerate(selected)}
         mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)

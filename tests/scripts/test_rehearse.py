@@ -1,0 +1,53 @@
+"""scripts/rehearse.py: its tokenizer and data writers produce files the real loaders read, with the token
+lengths of the real data, and its projection is load + paper samples x time per sample for every cell."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("rehearse", REPO / "scripts" / "rehearse.py")
+rehearse = importlib.util.module_from_spec(_spec)
+sys.modules["rehearse"] = rehearse  # dataclasses resolve their module by name
+_spec.loader.exec_module(rehearse)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("tok")
+    rehearse.write_tokenizer(folder)
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def test_the_tokenizer_is_llama_shaped_and_one_word_is_one_token(tokenizer):
+    assert (tokenizer.unk_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
+    words = rehearse._words()[:40]
+    ids = tokenizer(" ".join(words))["input_ids"]
+    assert ids[0] == 1 and len(ids) == 1 + len(words)
+
+
+def test_arc_and_wikipedia_in_the_hub_layout_read_by_the_real_loaders(tokenizer, tmp_path):
+    from palrp_bench.data.arc import load_arc_easy
+    from palrp_bench.data.wikipedia import load_wikipedia
+
+    rehearse.write_arc(tmp_path / "arc")
+    arc = load_arc_easy(tokenizer, tmp_path / "arc")
+    assert len(arc) > 4000 and {s.meta["answer_letter"] for s in arc} == {"A", "B", "C", "D"}
+    lengths = sorted(len(s.input_ids) for s in arc)
+    assert 50 <= lengths[len(lengths) // 2] <= 120
+    rehearse.write_wikipedia(tmp_path / "wiki")
+    wiki = load_wikipedia(tokenizer, tmp_path / "wiki", limit=200)
+    assert len(wiki) == 200 and sum(s.meta["truncated"] for s in wiki) > 100
+
+
+def test_projection_is_load_plus_paper_samples_times_time_per_sample():
+    m = rehearse.Measured("deit_tiny_imagenet", "ok", samples=3, load_model_s=10.0, load_data_s=2.0,
+                          per_sample_s=1.5)
+    targets = {t.name: t for t in rehearse.TARGETS}
+    text = rehearse.report([m], targets, type("A", (), {"device": "cpu"})())
+    # table 4 cells of deit_tiny: 2 methods x (12 s + 5000 x 1.5 s) = 15024 s = 4.2 h
+    assert "| table4+appendix_f | 1 of 3 | 4.2 h (measured cells only) |" in text
+    assert "| table1 | 0 of 3 | - |" in text
