@@ -27,7 +27,7 @@ Each target runs ``palrp-bench model=<m> task=<t> method=pa_lrp`` with ``task.se
 answer nothing correctly under "first N correct"), ``runner.max_samples=--samples`` and ``runner.quiet=true`` in
 its own process, stopped with Ctrl-C semantics after ``--max-minutes``. Per target it reports the model load
 time, the data load time, the time per sample (explanation + perturbation / segmentation), the process's peak
-resident memory (the whole CLI child, from ``wait4``), its wall and CPU time with the 5-minute load average (on a
+resident memory (the whole CLI child: its ``VmHWM``, polled), its wall and CPU time with the 5-minute load average (on a
 shared machine, wall time / CPU time shows how much of a core the run actually got), and on CUDA the peak device
 memory, and projects each table:
 for every cell of its experiment, load + (paper samples x time per sample), all methods assumed to cost what
@@ -414,6 +414,18 @@ def _available_gib() -> float:
     return float("inf")
 
 
+def _peak_rss_kib(pid: int) -> int:
+    """``VmHWM`` (peak resident memory since exec) of a running process; wait4's ``ru_maxrss`` would also count
+    the pages the child shared with this process when it was forked."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def run_target(target: Target, args, work: Path) -> Measured:
     if args.device == "cpu" and target.memory_gib > _available_gib():
         return Measured(target.name, "skipped", note=f"needs about {target.memory_gib:.0f} GiB of memory, "
@@ -436,10 +448,12 @@ def run_target(target: Target, args, work: Path) -> Measured:
         child = subprocess.Popen(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = t0 + 60 * args.max_minutes
         stopped = False
+        peak_kib = 0
         while True:
             pid, code, usage = os.wait4(child.pid, os.WNOHANG)
             if pid:
                 break
+            peak_kib = max(peak_kib, _peak_rss_kib(child.pid))
             if not stopped and time.monotonic() > deadline:
                 child.send_signal(signal.SIGINT)  # the job records what it finished, then stops
                 stopped, deadline = True, time.monotonic() + 120
@@ -450,7 +464,7 @@ def run_target(target: Target, args, work: Path) -> Measured:
     rc = os.waitstatus_to_exitcode(code)
     statuses = [json.loads(p.read_text()) for p in run_dir.glob("cells/*/*/*/shard-*.status.json")]
     m = Measured(target.name, "capped" if stopped else ("ok" if rc == 0 else f"failed (exit {rc})"),
-                 peak_rss_gib=usage.ru_maxrss / 1024 ** 2, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
+                 peak_rss_gib=peak_kib / 1024 ** 2 if peak_kib else None, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
                  load_avg=os.getloadavg()[1], note=target.note)
     if statuses:
         status = statuses[0]
