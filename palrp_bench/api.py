@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .errors import BadInputError
 from .lrp.attribution import attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
@@ -36,9 +37,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
 
     Args:
         model: the library model object as the user loaded it (Hugging Face ``LlamaForCausalLM`` /
-            ``LlamaForSequenceClassification``, incl. bitsandbytes 4-bit; timm ``VisionTransformer`` / DeiT).
-        inputs: ``input_ids`` ``[B, T]`` for language models, normalised ``pixel_values`` ``[B, 3, H, W]`` for
-            vision transformers.
+            ``LlamaForSequenceClassification``, incl. bitsandbytes 4-bit; GPT-2, OPT, BLOOM, BERT, RoBERTa heads;
+            timm ``VisionTransformer`` / DeiT and RoPE ViTs).
+        inputs: ``input_ids`` ``[B, T]`` for language models (GPT-2 / BLOOM / BERT-style twins also take a
+            tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
+            for vision transformers.
         attention_mask: ``[B, T]`` (language models; left or right padding).
         method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``
             (see :mod:`palrp_bench.methods.registry`).
@@ -49,8 +52,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             ``official_vit``, ``attnlrp_gamma``).
         protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
         correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
-        options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; vision:
-            ``attention``).
+        options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
+            ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; vision: ``attention``).
 
     Returns:
         :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
@@ -59,6 +62,9 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     protocol = check_protocol(protocol)
     m = get_method(method)
     twin = twin_for(model)
+    if not m.positional_abs and not twin.positional.multi_sink:
+        raise BadInputError(f"method {m.name!r} ablates per-layer positional sinks, but {type(model).__name__}'s "
+                            f"{twin.positional.name} position has a single sink", "use pa_lrp")
     composite = get_composite(rules or m.composite or twin.default_composite)
     if correct_sign is None:
         correct_sign = protocol == "corrected" and getattr(twin, "is_classifier", False)
@@ -72,7 +78,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             _correct_sign(parts, attribution.logit)
         scores = aggregate_tokens(m, aggregation, semantic=parts["semantic"], semantic_relu=parts["semantic_relu"],
                                   positional=parts["positional"], positional_relu=parts["positional_relu"],
-                                  positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"])
+                                  positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"],
+                                  multi_sink=twin.positional.multi_sink)
         extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
                   "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
     else:

@@ -24,8 +24,9 @@ import torch
 from ..errors import BadInputError
 from . import rules
 
-__all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "POSITIONAL_KINDS", "register_positional",
-           "get_positional", "RopeRelevance"]
+__all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "ALiBi", "Rope2D", "POSITIONAL_KINDS",
+           "register_positional", "get_positional", "RopeRelevance", "PositionalRelevance", "AlibiSinks",
+           "ALIBI_RULES"]
 
 POSITIONAL_KINDS: dict[str, type["PositionalKind"]] = {}
 
@@ -145,3 +146,219 @@ class LearnedAbsolute(PositionalKind):
     def reduce(relevance: torch.Tensor) -> torch.Tensor:
         """Per-position relevance ``sum_d R(P)[n, d]``: ``[B, N]``."""
         return relevance.sum(-1)
+
+    @staticmethod
+    def rows(table: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """A per-sample leaf ``[B, T, D]`` of the table rows a text model uses (``table[position_ids]``; GPT-2, OPT,
+        BERT): the sink of one forward."""
+        return table.detach()[position_ids].clone().requires_grad_(True)
+
+    @staticmethod
+    def token_relevance(relevance: torch.Tensor) -> "PositionalRelevance":
+        """:class:`PositionalRelevance` of the sink's elementwise relevance ``[B, T, D]`` (one sink, one component)."""
+        return PositionalRelevance.from_elements([relevance.transpose(1, 2)])
+
+
+@dataclass
+class PositionalRelevance:
+    """Per-token positional relevance of any kind, laid out for the token and pixel aggregations:
+
+    * ``per_sink`` ``[B, S, C, T]``: signed relevance of each sink ``S`` (one per layer for multi-sink kinds, one for
+      a single sink) and each of its components ``C`` (RoPE: cos, sin; ALiBi and learned PE: one), summed over the
+      sink's elements of each token;
+    * ``per_sink_relu`` ``[B, S, C, T]``: the same sums over the positive elements only (paper Eq. 11);
+    * ``shared_relu`` ``[B, C, T]``: positive elements of the sink-summed element relevance (one shared sink).
+
+    :class:`RopeRelevance` is the same layout under its RoPE field names.
+    """
+
+    per_sink: torch.Tensor
+    per_sink_relu: torch.Tensor
+    shared_relu: torch.Tensor
+
+    @classmethod
+    def from_elements(cls, elements: list[torch.Tensor], components: int = 1) -> "PositionalRelevance":
+        """From each sink's elementwise relevance ``[B, C * E, T]`` (``C`` components of ``E`` elements each)."""
+        stacked = torch.stack(elements, 1)
+        b, s, ce, t = stacked.shape
+        split = stacked.reshape(b, s, components, ce // components, t)
+        return cls(split.sum(3), split.clamp(min=0).sum(3), split.sum(1).clamp(min=0).sum(2))
+
+    @classmethod
+    def zeros(cls, batch: int, sinks: int, components: int, tokens: int, like: torch.Tensor) -> "PositionalRelevance":
+        """No relevance reached the sinks (they were constants in this pass)."""
+        z = like.new_zeros(batch, sinks, components, tokens)
+        return cls(z, z.clone(), like.new_zeros(batch, components, tokens))
+
+
+#: ``alibi_rule`` choices (docs/positional.md, "ALiBi")
+ALIBI_RULES = ("paper", "relative_half")
+
+
+@dataclass
+class AlibiSinks:
+    """The four operands of one layer's ALiBi bias ``m_h * (j - i)`` written as ``1_i * (m_h j) + i * (-m_h 1_j)``,
+    each ``[B, H, T]``: ``query_one`` (ones), ``query_pos`` (query positions i), ``key_pos`` (key positions j),
+    ``key_one`` (ones). The operands that carry relevance under the rule are leaves (sinks), the others constants."""
+
+    query_one: torch.Tensor
+    query_pos: torch.Tensor
+    key_pos: torch.Tensor
+    key_one: torch.Tensor
+
+    def leaves(self) -> dict[str, torch.Tensor]:
+        return {name: t for name, t in (("alibi_query_one", self.query_one), ("alibi_query_pos", self.query_pos),
+                                        ("alibi_key_pos", self.key_pos), ("alibi_key_one", self.key_one))
+                if t.requires_grad}
+
+
+@register_positional
+class ALiBi(PositionalKind):
+    """Attention with linear biases (BLOOM): ``S_hij = q_i k_j * scale + m_h (j - i)`` on every layer
+    (docs/positional.md, "ALiBi", derives both rules).
+
+    * sinks: per layer, the positions entering the bias, as query-side and key-side leaves ``[B, H, T]``
+      (multi-sink: one positional term per token and layer, the query and key sides summed);
+    * rule: epsilon rule on ``A + P`` (``R(P) = P * g`` with ``g`` the gradient at the scores), then
+      ``alibi_rule="paper"`` -- the conserving reading of the paper's Appendix B, ``R(i) = -m i g``, ``R(j) = m j g``
+      with positions counted from 0 over real tokens (the query side is exactly zero: softmax ignores a row
+      constant) -- or ``alibi_rule="relative_half"`` -- half of each ``R(P_hij)`` to query ``i``, half to key ``j``,
+      independent of where positions are counted from;
+    * identity: the positional relevance of a layer is ``sum P * g`` under both rules and both bias forms
+      (``m (j - i)`` or BLOOM's ``m j``); ``relative_half`` does not change when every position is shifted.
+
+    The bias is computed inside the attention as two extra query/key dimensions (``[m_h / scale, i]`` and
+    ``[j, -m_h / scale]``), so the fused attention path keeps linear memory and the positions' gradient is exact.
+    """
+
+    name = "alibi"
+    multi_sink = True
+    affects_semantic = False
+    sinks = "per layer: query-side and key-side position leaves [B, H, T]"
+    rule = "epsilon rule on A + P, then alibi_rule=paper (R(j) = m j g) or relative_half (R(P)/2 to each of i, j)"
+    identity = "sum over tokens of a layer's positional relevance = sum P * g (both rules, both bias forms)"
+
+    @staticmethod
+    def check_rule(rule: str) -> str:
+        if rule not in ALIBI_RULES:
+            raise BadInputError(f"unknown alibi_rule {rule!r}", f"use one of: {', '.join(ALIBI_RULES)}")
+        return rule
+
+    @staticmethod
+    def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+        """Positions counted from 0 over real tokens (BLOOM's counting; padding gets 0): ``[B, T]`` long."""
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0) * attention_mask.long()
+
+    @staticmethod
+    def layer_sinks(positions: torch.Tensor, heads: int, rule: str, enabled: bool, dtype: torch.dtype) -> AlibiSinks:
+        """The bias operands of one layer (fresh leaves where the rule sends relevance, when ``enabled``)."""
+        pos = positions.to(dtype)[:, None, :].expand(-1, heads, -1)
+        ones = torch.ones_like(pos)
+
+        def leaf(t: torch.Tensor, wanted: bool) -> torch.Tensor:
+            return t.clone().requires_grad_(True) if enabled and wanted else t
+
+        halves = rule == "relative_half"
+        return AlibiSinks(leaf(ones, halves), leaf(pos, True), leaf(pos, True), leaf(ones, halves))
+
+    @staticmethod
+    def augment(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: AlibiSinks, slopes: torch.Tensor,
+                scale: float, rule: str, qk_share: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``q``, ``k``, ``v`` ``[B, H, T, d]`` with two extra dimensions each so that ``q' k'^T * scale`` is
+        ``q k^T * scale + m_h (j - i)`` (``v`` gets zeros there; drop the last two output dimensions).
+
+        :func:`palrp_bench.lrp.rules.attention` gives every query/key dimension the uniform rule's share of the
+        score relevance. ``relative_half`` wants exactly that (each bias product splits evenly); under ``paper``
+        the partner of each position is a constant, so the position takes the whole share: its gradient is
+        multiplied by ``1 / qk_share`` here.
+        """
+        m = slopes.to(device=q.device, dtype=q.dtype).view(1, -1, 1) / scale
+        qp, kp = sinks.query_pos, sinks.key_pos
+        if rule == "paper" and qk_share not in (0.0, 1.0):
+            qp, kp = rules.scale_grad(qp, 1.0 / qk_share), rules.scale_grad(kp, 1.0 / qk_share)
+        q_ext = torch.stack([sinks.query_one * m, qp], -1)
+        k_ext = torch.stack([kp, -sinks.key_one * m], -1)
+        v_ext = v.new_zeros(*v.shape[:-1], 2)
+        return torch.cat([q, q_ext], -1), torch.cat([k, k_ext], -1), torch.cat([v, v_ext], -1)
+
+    @staticmethod
+    def reduce(relevance: dict, n_layers: int, batch: int, tokens: int, like: torch.Tensor
+               ) -> tuple[PositionalRelevance, torch.Tensor, torch.Tensor]:
+        """``(PositionalRelevance [B, L, 1, T], query side [B, L, T], key side [B, L, T])`` from the elementwise
+        relevance of the sinks (lists per layer of ``[B, H, T]`` under the names of :meth:`AlibiSinks.leaves`;
+        missing names contribute nothing). Elements of a token's term: the heads of its query and key sides."""
+        def side(*names):
+            parts = [relevance.get(n) or [] for n in names]
+            per_layer = []
+            for layer in range(n_layers):
+                terms = [p[layer] for p in parts if p]
+                per_layer.append(sum(terms[1:], terms[0]) if terms else None)
+            return per_layer
+
+        query, key = side("alibi_query_one", "alibi_query_pos"), side("alibi_key_pos", "alibi_key_one")
+        if all(q is None for q in query) and all(k is None for k in key):
+            zeros = like.new_zeros(batch, n_layers, tokens)
+            return PositionalRelevance.zeros(batch, n_layers, 1, tokens, like), zeros, zeros.clone()
+        elements = [torch.cat([q, k], 1) for q, k in zip(query, key)]          # [B, 2H, T] per layer
+        return (PositionalRelevance.from_elements(elements), torch.stack([q.sum(1) for q in query], 1),
+                torch.stack([k.sum(1) for k in key], 1))
+
+
+def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    """Interleaved RoPE helper: ``[x0, x1, x2, x3] -> [-x1, x0, -x3, x2]`` (a signed permutation, like
+    :func:`palrp_bench.lrp.rules.rotate_half` for the half layout)."""
+    return torch.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+
+
+@register_positional
+class Rope2D(PositionalKind):
+    """Axial 2D rotary embedding of vision transformers (timm RoPE ViTs, EVA-02, DINOv3): RoPE on the patch tokens
+    only; prefix tokens (CLS, registers) are not rotated.
+
+    * sinks: one fresh leaf copy of the patch tokens' ``(cos, sin)`` ``[B, Np, d]`` per layer (multi-sink), shared
+      by the q and k sides;
+    * rule: ``x*cos + rot(x)*sin`` on patch tokens with the uniform rule on each product (paper Eq. 10);
+      ``rot`` is the interleaved pair rotation (timm's default) or the half rotation;
+    * identity: per layer, ``R(cos) + R(sin) = (R(q~) + R(k~)) / 2`` over the patch tokens.
+
+    A learned absolute embedding on the same model (RoPE + APE variants) is a separate single sink
+    (:class:`LearnedAbsolute`).
+    """
+
+    name = "rope_2d"
+    multi_sink = True
+    affects_semantic = True
+    sinks = "one (cos, sin) leaf pair of the patch tokens per layer"
+    rule = "uniform rule on x*cos and rot(x)*sin of the patch tokens (paper Eq. 10)"
+    identity = "R(cos_k) + R(sin_k) = (R(q~_k) + R(k~_k)) / 2 over the patch tokens, per layer k"
+    LAYOUTS = ("interleaved", "half")
+
+    @staticmethod
+    def layer_sinks(cos: torch.Tensor, sin: torch.Tensor, batch: int, enabled: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample ``(cos, sin)`` ``[B, Np, d]`` of a layer: fresh leaves when sinks are on, constants otherwise."""
+        cos, sin = (t.detach().expand(batch, -1, -1) for t in (cos, sin))
+        if not enabled:
+            return cos, sin
+        return cos.clone().requires_grad_(True), sin.clone().requires_grad_(True)
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_prefix: int, layout: str,
+              product_rule: str) -> torch.Tensor:
+        """Rotate the patch tokens of ``x`` ``[B, H, N, d]`` (``N = num_prefix + Np``); ``cos``/``sin``
+        ``[B, Np, d]``."""
+        rotate = rotate_pairs if layout == "interleaved" else rules.rotate_half
+        prefix, patches = x[:, :, :num_prefix], x[:, :, num_prefix:]
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        rotated = rules.product(patches, cos, rule=product_rule) + rules.product(rotate(patches), sin,
+                                                                                rule=product_rule)
+        return torch.cat([prefix, rotated.to(x.dtype)], 2)
+
+    @staticmethod
+    def reduce(cos_relevance: list[torch.Tensor], sin_relevance: list[torch.Tensor], n_layers: int, batch: int,
+               patches: int, like: torch.Tensor) -> PositionalRelevance:
+        """``[B, L, 2, Np]`` (cos, sin) per layer from the sinks' elementwise relevance ``[B, Np, d]``."""
+        if not cos_relevance:
+            return PositionalRelevance.zeros(batch, n_layers, 2, patches, like)
+        return PositionalRelevance.from_elements(
+            [torch.cat([c, s], -1).transpose(1, 2) for c, s in zip(cos_relevance, sin_relevance)], components=2)

@@ -9,8 +9,9 @@ The official PA-LRP vision code (``--method full_lrp_GammaLinear[_POS_ENC[_PE_ON
 * Ours (``pa_lrp``) = ``ReLU(sem_pixel + pos_pixel)``, PE only = ``ReLU(pos_pixel)``, AttnLRP (and every
   semantic-only baseline) = ``ReLU(sem_pixel)``.
 
-Single sink: a learned PE has one sink, so the RoPE-only notions (multi-sink ``|.|`` per layer, paper Eq. 11
-per-element sums) do not apply; only ``aggregation="official"`` is defined for images.
+A learned PE has one sink (its multi-sink ablation is refused by :func:`palrp_bench.explain`); a RoPE ViT has one
+per layer, whose per-patch terms are summed as ``|.|`` like the official token aggregation (signed for
+``pa_lrp_no_multisink``). Only ``aggregation="official"`` is defined for images.
 """
 from __future__ import annotations
 
@@ -51,9 +52,6 @@ def check_vision_method(method: Method, aggregation: str) -> None:
     if aggregation not in VISION_AGGREGATIONS:
         raise BadInputError(f"aggregation {aggregation!r} is not defined for vision transformers",
                             f"use one of: {', '.join(VISION_AGGREGATIONS)} (eq11 is for RoPE language models)")
-    if not method.positional_abs:
-        raise BadInputError(f"method {method.name!r} is a multi-sink ablation for RoPE models; a learned position "
-                            "embedding has a single sink", "use pa_lrp for vision transformers")
     if not (method.use_semantic or method.use_positional):
         raise BadInputError(f"method {method.name!r} uses neither semantic nor positional relevance",
                             "register the method with use_semantic and/or use_positional")
@@ -62,8 +60,12 @@ def check_vision_method(method: Method, aggregation: str) -> None:
 def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
                      patch_size: tuple[int, int]) -> torch.Tensor:
     """Final ``[B, H, W]`` map of ``method`` from the signed semantic pixel map ``[B, H, W]`` and the signed
-    per-patch positional relevance ``[B, Hp, Wp]`` (module docstring)."""
+    per-patch positional relevance: ``[B, Hp, Wp]`` for a single sink (learned PE), or ``[B, S, C, Hp, Wp]`` per
+    sink and component for multi-sink kinds (RoPE ViTs), reduced like the token aggregation: ``sum |.|``
+    (multi-sink) or signed (``pa_lrp_no_multisink``) -- module docstring."""
     check_vision_method(method, aggregation)
+    if positional.dim() == 5:
+        positional = (positional.abs() if method.positional_abs else positional).sum((1, 2))
     total = torch.zeros_like(semantic)
     if method.use_semantic:
         total = total + semantic

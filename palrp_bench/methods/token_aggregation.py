@@ -4,7 +4,8 @@
 
 * ``sem[i] = sum_d R(E_i)[d]`` (signed);
 * ``pos[i] = sum_k (|pcos[k,i]| + |psin[k,i]|)`` (multi-sink) or ``sum_k (pcos[k,i] + psin[k,i])`` (w/o
-  multi-sink, Table 2);
+  multi-sink, Table 2); the same over the per-layer terms of other multi-sink kinds (ALiBi); a single sink
+  (learned PE) enters signed;
 * PA-LRP: ``(sem + pos) / max_i |sem + pos|``; PE only: ``pos / max|pos|``; AttnLRP: ``sem`` (raw).
 
 ``aggregation="eq11"`` follows the paper's Eq. 11 instead: per-element ReLU sums,
@@ -31,16 +32,20 @@ def _max_normalise(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 
 def aggregate_tokens(method: Method, aggregation: str, *, semantic: torch.Tensor, semantic_relu: torch.Tensor,
                      positional: torch.Tensor, positional_relu: torch.Tensor,
-                     positional_shared_relu: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+                     positional_shared_relu: torch.Tensor, valid: torch.Tensor, multi_sink: bool = True
+                     ) -> torch.Tensor:
     """Final ``[B, T]`` scores of ``method``.
 
     Inputs (float, batch first): ``semantic``/``semantic_relu`` ``[B, T]``; ``positional``/``positional_relu``
-    ``[B, L, 2, T]`` (per layer, cos/sin); ``positional_shared_relu`` ``[B, 2, T]`` (ReLU of the layer-summed
-    element relevance); ``valid`` ``[B, T]`` bool (real tokens).
+    ``[B, S, C, T]`` (per sink S and component C: RoPE one sink per layer with cos/sin, ALiBi one per layer with
+    one component, a learned PE one sink with one); ``positional_shared_relu`` ``[B, C, T]`` (ReLU of the
+    sink-summed element relevance); ``valid`` ``[B, T]`` bool (real tokens). ``multi_sink``: the positional kind
+    has one sink per layer; with a single sink (learned PE, as for DeiT) there is nothing for ``|.|`` to keep
+    apart and the positional term enters signed (paper Eq. 5).
     """
     if aggregation == "official":
         sem = semantic
-        if method.positional_abs:
+        if method.positional_abs and multi_sink:
             pos = positional.abs().sum(dim=(1, 2))
         else:
             pos = positional.sum(dim=(1, 2))

@@ -59,8 +59,6 @@ def test_method_maps():
 def test_methods_and_aggregations_without_a_vision_meaning_are_refused():
     with pytest.raises(BadInputError, match="eq11 is for RoPE"):
         check_vision_method(get_method("pa_lrp"), "eq11")
-    with pytest.raises(BadInputError, match="single sink"):
-        check_vision_method(get_method("pa_lrp_no_multisink"), "official")
     with pytest.raises(BadInputError, match="neither"):
         check_vision_method(Method("nothing", "uses nothing", use_semantic=False, use_positional=False), "official")
     check_vision_method(get_method("pe_only"), "official")  # fine
