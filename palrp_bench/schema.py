@@ -49,6 +49,7 @@ class Quantization(Enum):
 class ModelKind(Enum):
     causal = "causal"
     classifier = "classifier"
+    masked_lm = "masked_lm"
     vit = "vit"
     none = "none"
 
@@ -90,6 +91,9 @@ class ModelConfig:
     needs_gpu: bool = False
     #: how the paper calls the model (recorded in cell.json and the manifest)
     paper_name: str = ""
+    #: extra keyword arguments of the model constructor (``timm``: e.g. ``img_size``, ``embed_dim``, ``depth``,
+    #: ``num_classes`` of a custom checkpoint; on the command line ``+model.options.img_size=64``)
+    options: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -289,10 +289,13 @@ def _perturbed_copies(ids: torch.Tensor, positions: np.ndarray, scores: np.ndarr
 # ----------------------------------------------------------------------------------------------- forwards
 
 
-def _output_head(model, task: PerturbationTask) -> torch.nn.Module:
-    """The module that maps the last hidden state to the tracked logits (``score`` or the LM head)."""
+def _output_head(model, task: PerturbationTask) -> torch.nn.Module | None:
+    """The module that maps the last hidden state to the tracked logits (``score`` or the LM head); None for a
+    sequence classifier that pools by itself (BERT / RoBERTa: the first token), which is run whole."""
     if task.head == "classifier":
         head = getattr(model, "score", None)
+        if head is None and type(model).__name__.endswith("ForSequenceClassification"):
+            return None
         if not isinstance(head, torch.nn.Module):
             raise UnsupportedModelError(f"task 'imdb' needs a sequence classifier, got {type(model).__name__}",
                                         "load the finetuned LlamaForSequenceClassification")
@@ -309,7 +312,8 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
     """Logits the perturbation protocol reads for each row: ``[R, C]`` (classifier) or ``[R, V]`` (causal LM).
 
     The head reads the hidden state at the last real position (last ``attention_mask == 1``; right padding).
-    For the classifier this is the official code's pooling (``attention_mask.sum(1) - 1``); the Hugging Face
+    A sequence classifier without ``score`` (BERT, RoBERTa: they pool the first token) runs whole with the mask.
+    For the decoder classifier this is the official code's pooling (``attention_mask.sum(1) - 1``); the Hugging Face
     class would instead pool at the last token whose id differs from the pad id, which moves as soon as the
     official protocol turns pads into UNK. Causal runs pass the 2D mask (the library adds the causal part);
     non-causal runs (``causal=False``, the official ARC / Wikipedia defect) pass a 4D additive float mask
@@ -344,6 +348,9 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
                 allowed = real.bool()[:, None, None, :].expand(-1, 1, width, width).to(device)
                 attention = torch.zeros(allowed.shape, dtype=dtype, device=device)
                 attention.masked_fill_(~allowed, torch.finfo(dtype).min)
+            if head is None:  # a classifier with its own pooling
+                outputs.append(model(input_ids=rows.to(device), attention_mask=attention).logits.float().cpu())
+                continue
             hidden = body(input_ids=rows.to(device), attention_mask=attention, use_cache=False).last_hidden_state
             pooled = hidden[torch.arange(rows.shape[0], device=hidden.device), last.to(hidden.device)]
             outputs.append(head(pooled).float().cpu())

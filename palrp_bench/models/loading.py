@@ -25,8 +25,8 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
                   quantization: str | None = None, num_labels: int = 2, device_map: str | None = None, **kwargs):
     """Load a Hugging Face decoder from the hub or a local folder (real checkpoints on GPU machines).
 
-    ``kind``: ``causal`` (``AutoModelForCausalLM``) or ``classifier`` (``AutoModelForSequenceClassification``, pad =
-    eos as the official IMDB setup). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
+    ``kind``: ``causal`` (``AutoModelForCausalLM``), ``classifier`` (``AutoModelForSequenceClassification``, pad =
+    eos when the model has no pad token, as the official IMDB setup) or ``masked_lm`` (``AutoModelForMaskedLM``). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
     "LLaMA-2 7B quantized"). Errors (offline hub, missing folder) become one-line :class:`MissingDataError`.
     """
     import torch
@@ -36,9 +36,10 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
         raise BadInputError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
     torch_dtype = getattr(torch, dtype)
     cls = {"causal": transformers.AutoModelForCausalLM,
-           "classifier": transformers.AutoModelForSequenceClassification}.get(kind)
+           "classifier": transformers.AutoModelForSequenceClassification,
+           "masked_lm": transformers.AutoModelForMaskedLM}.get(kind)
     if cls is None:
-        raise BadInputError(f"unknown model kind {kind!r}", "use causal or classifier")
+        raise BadInputError(f"unknown model kind {kind!r}", "use causal, classifier or masked_lm")
     if kind == "classifier":
         kwargs.setdefault("num_labels", num_labels)
     if quantization == "nf4":
@@ -142,8 +143,10 @@ def _read_checkpoint(path: Path) -> dict:
 
 
 def _load_state(model, state: dict, filename: str, name: str) -> None:
-    from timm.models.vision_transformer import checkpoint_filter_fn
+    import importlib
 
+    # the checkpoint filter of the model's own timm module (ViT / DeiT, Eva: RoPE ViTs, EVA-02)
+    checkpoint_filter_fn = importlib.import_module(type(model).__module__).checkpoint_filter_fn
     try:
         state = checkpoint_filter_fn(state, model)
         model.load_state_dict(state, strict=True)
@@ -217,7 +220,7 @@ def _load_hf(cfg, device: str):
 
 @register_loader("timm")
 def _load_timm(cfg, device: str):
-    return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
+    return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint, **dict(cfg.options or {})).to(device).eval(), None
 
 
 @register_loader("embedded_text")

@@ -10,7 +10,7 @@ from runner.harness import read_results, run_cli
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["model=llama9"], "unknown model 'llama9' -- use one of: deit_base"),
+    (["model=llama9"], "unknown model 'llama9' -- use one of: .*deit_base"),
     (["method=attnlrp,foo"], "unknown method 'foo'"),
     (["runner.batchsize=4"], "unknown config key 'runner.batchsize' -- keys of runner: batch_size"),
     (["task.path=/data/x.csv"], "task.path is set but no task is selected -- add task=<name>"),
