@@ -18,7 +18,13 @@ class Explanation:
       sink and ``[:, :, 1]`` the sin sink, summed over head dims, heads, and the q and k sides. All zeros for
       methods whose pass keeps cos/sin constant (attnlrp, cp_lrp, grad_x_input).
 
-    Vision transformers (DeiT, learned PE):
+    Other text families (``docs/positional.md``): ``positional`` is ``[B, S, C, T]`` per sink and component:
+    ``[B, 1, 1, T]`` for a learned position table (GPT-2, OPT, BERT, RoBERTa; ``extras["token_type"]`` ``[B, T]`` for
+    BERT-style token types), ``[B, L, 1, T]`` for ALiBi (BLOOM; ``extras["alibi_query"]`` / ``["alibi_key"]``
+    ``[B, L, T]``). ``extras["explained_index"]`` ``[B]`` is the explained position.
+
+    Vision transformers (DeiT, learned PE; RoPE ViTs: ``positional`` ``[B, S, 2, Hp, Wp]``, the learned table first
+    when present, then ``(cos, sin)`` per layer):
 
     * ``scores``     ``[B, H, W]`` final pixel map (ReLU'd as the method prescribes).
     * ``semantic``   ``[B, H, W]`` signed semantic pixel relevance (patch-embedding input summed over RGB).
