@@ -351,7 +351,15 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
             if head is None:  # a classifier with its own pooling
                 outputs.append(model(input_ids=rows.to(device), attention_mask=attention).logits.float().cpu())
                 continue
-            hidden = body(input_ids=rows.to(device), attention_mask=attention, use_cache=False).last_hidden_state
+            try:
+                hidden = body(input_ids=rows.to(device), attention_mask=attention, use_cache=False).last_hidden_state
+            except (ValueError, IndexError, RuntimeError) as err:
+                if causal:
+                    raise
+                # OPT and BLOOM derive positions / ALiBi from a 2D mask and cannot take the non-causal 4D one
+                raise UnsupportedModelError(f"causal=False (the official non-causal runs) needs a model whose forward "
+                                            f"takes a 4D attention mask; {type(model).__name__} does not "
+                                            f"({type(err).__name__})", "use the causal task") from None
             pooled = hidden[torch.arange(rows.shape[0], device=hidden.device), last.to(hidden.device)]
             outputs.append(head(pooled).float().cpu())
     return torch.cat(outputs, dim=0)

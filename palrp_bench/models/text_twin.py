@@ -300,7 +300,8 @@ class TextTwin:
         if attention not in ("sdpa", "eager"):
             raise BadInputError(f"unknown attention implementation {attention!r}", "use sdpa or eager")
         known = set(inspect.signature(self.forward).parameters) - {"inputs", "explained_index", "composite",
-                                                                    "recorder", "return_all_logits"}
+                                                                    "positional_sinks", "recorder",
+                                                                    "return_all_logits"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise BadInputError(f"{type(self.model).__name__} takes no option {', '.join(unknown)}",

@@ -24,7 +24,8 @@ from models.families import (CASES, LIBRARY_ATTENTION, POSITIONS, library_positi
                              random_ids)
 
 F32_FLOOR = 16 * torch.finfo(torch.float32).eps  # BLOOM's float64 library forward (module docstring)
-METHODS = ("attnlrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input", "cp_lrp")
+#: every rule set and both positional aggregations (pe_only shares pa_lrp's pass)
+METHODS = ("attnlrp", "pa_lrp", "pa_lrp_no_multisink", "grad_x_input", "cp_lrp")
 
 
 #: library forwards whose attention softmax is float32 whatever the model dtype (module docstring)
@@ -224,6 +225,16 @@ def test_unsupported_configurations_are_refused_in_one_line(family, head, overri
     model = make_text(family, head, torch.float32, attn=LIBRARY_ATTENTION.get(family, ("sdpa",))[0], **overrides)
     with pytest.raises(UnsupportedModelError, match=match) as err:
         explain(model, random_ids(1, 5), method="pa_lrp")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("family", ["opt", "bloom"])
+def test_non_causal_read_out_is_refused_where_the_library_needs_a_2d_mask(family):
+    from palrp_bench.evaluation.nlp_perturbation import readout_logits
+
+    model = make_text(family, "causal", torch.float32, attn="eager")
+    with pytest.raises(UnsupportedModelError, match="non-causal") as err:
+        readout_logits(model, random_ids(2, 5), task="mcqa", causal=False)
     assert "\n" not in str(err.value)
 
 
