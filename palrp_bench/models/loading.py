@@ -23,7 +23,7 @@ DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bfloat16",
                   quantization: str | None = None, num_labels: int = 2, device_map: str | None = None, **kwargs):
-    """Load a Hugging Face decoder from the hub or a local folder (real checkpoints on GPU machines).
+    """Load a Hugging Face model with an LM or classification head from the hub or a local folder.
 
     ``kind``: ``causal`` (``AutoModelForCausalLM``), ``classifier`` (``AutoModelForSequenceClassification``, pad =
     eos when the model has no pad token, as the official IMDB setup) or ``masked_lm`` (``AutoModelForMaskedLM``). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row

@@ -1,4 +1,4 @@
-"""RoPE ViT twin: timm ``Eva`` models with 2D rotary position embedding (``vit_*_rope_*``, EVA-02, DINOv3-style).
+"""RoPE ViT twin: timm ``Eva`` models with 2D rotary position embedding (``vit_*_rope_*``, EVA-02, DINOv3).
 
 The twin wraps a loaded timm ``Eva`` without touching it. It reuses the DeiT twin's image checks, patch embedding,
 LayerNorm and MLP handling (:class:`~palrp_bench.models.vit.VitTwin`) and re-implements the wiring of the
@@ -22,8 +22,9 @@ is the pixel map, as for DeiT; ``extras`` carry the prefix terms and Appendix F 
 The default rules are ``attnlrp``: the official vision composite sends no relevance through the attention weights,
 which is where RoPE acts, so it would leave the rotary sinks empty.
 
-Refused with one line: post-norm blocks, mixed (learnable per-layer) RoPE and other RoPE modules whose embedding is
-not one ``[N, 2 d]`` sin/cos table, dynamic image sizes, attention pooling (``global_pool='map'``) and pooling other
+Dynamic image sizes (DINOv3) work as in timm: the rotary table is built for the image's grid and a learned table
+is resampled. Refused with one line: post-norm blocks, mixed (learnable per-layer) RoPE and other RoPE modules whose
+embedding is not one ``[N, 2 d]`` sin/cos table, attention pooling (``global_pool='map'``) and pooling other
 than ``token`` / ``avg``, qk-norm, attention scale-norm or gating, MLP norms (``scale_mlp``), patch dropout.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import BadInputError
+from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite, get_composite
@@ -100,7 +101,6 @@ class RopeVitTwin(VitTwin):
         name = type(model).__name__
 
         def refuse(feature: str):
-            from ..errors import UnsupportedModelError
             raise UnsupportedModelError(f"{name}: {feature} is not supported by the RoPE ViT twin",
                                         "use a pre-norm timm RoPE ViT (e.g. vit_small_patch16_rope_ape_224)")
 
@@ -108,8 +108,6 @@ class RopeVitTwin(VitTwin):
             refuse("a model without rotary position embedding (use the DeiT/ViT twin's models)")
         if getattr(model, "rope_mixed", False):
             refuse("mixed (learnable per-layer) RoPE")
-        if getattr(model, "dynamic_img_size", False):
-            refuse("dynamic_img_size")
         if getattr(model, "attn_pool", None) is not None or model.global_pool not in ("token", "avg"):
             refuse(f"global_pool={model.global_pool!r}")
         if getattr(model, "patch_drop", None) is not None:
@@ -123,7 +121,8 @@ class RopeVitTwin(VitTwin):
                               (model.fc_norm, "fc_norm")):
             if not isinstance(module, (nn.Identity, nn.LayerNorm)):
                 refuse(f"{where} of type {type(module).__name__} (LayerNorm or Identity expected)")
-        emb = model.rope.get_embed()
+        self.dynamic_img_size = bool(getattr(model, "dynamic_img_size", False))
+        emb = self._rope_embed(tuple(int(g) for g in pe.grid_size))
         head_dims = set()
         for i, blk in enumerate(model.blocks):
             if type(blk) is not block_cls:
@@ -146,14 +145,21 @@ class RopeVitTwin(VitTwin):
         self.blocks = model.blocks
         self.num_prefix = int(model.num_prefix_tokens)
         self.no_embed_class = bool(model.no_embed_class)
-        self.dynamic_img_size = False
         self.has_ape = model.pos_embed is not None
 
     # ------------------------------------------------------------------ forward
-    def rope_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(cos, sin)`` ``[Np, d]`` of the model's rotary module for its patch grid."""
+    def _rope_embed(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The rotary module's ``[Np, 2 d]`` sin/cos table for ``grid``, requested as ``Eva`` does (its cached table
+        unless the image size is dynamic or the module keeps no grid)."""
+        rope = self.model.rope
         with torch.no_grad():
-            sin, cos = self.model.rope.get_embed().chunk(2, -1)
+            if self.dynamic_img_size or not hasattr(rope, "feat_shape"):
+                return rope.get_embed(shape=list(grid))
+            return rope.get_embed()
+
+    def rope_tables(self, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)`` ``[Np, d]`` of the model's rotary module for a patch ``grid``."""
+        sin, cos = self._rope_embed(grid).chunk(2, -1)
         return cos.to(self.dtype), sin.to(self.dtype)
 
     def forward(self, pixels: torch.Tensor, composite: Composite, *, positional_sinks: bool = True,
@@ -169,7 +175,7 @@ class RopeVitTwin(VitTwin):
             prefix = torch.cat([p.detach().expand(b, -1, -1) for p in prefix_params], 1).clone().requires_grad_(True)
         else:
             prefix = tokens.new_zeros(b, 0, tokens.shape[-1]).requires_grad_(True)
-        pos = LearnedAbsolute.sink(model.pos_embed, b) if self.has_ape else None
+        pos = LearnedAbsolute.sink(self.position_table(grid), b) if self.has_ape else None
         if pos is not None and self.no_embed_class:
             x = torch.cat([prefix, tokens + pos], 1)
         else:
@@ -177,7 +183,7 @@ class RopeVitTwin(VitTwin):
             if pos is not None:
                 x = x + pos
         x = self._norm(model.norm_pre, x, composite)
-        cos, sin = self.rope_tables()
+        cos, sin = self.rope_tables(grid)
         cos_leaves, sin_leaves = [], []
         for blk in self.blocks:
             c, s = self.positional.layer_sinks(cos, sin, b, positional_sinks)

@@ -105,8 +105,10 @@ def library_position_ids(family: str, mask: torch.Tensor) -> dict:
 # ---------------------------------------------------------------------------------------------------- RoPE ViT
 VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5)
 #: timm Eva variants: RoPE-Axial + learned PE (CLS token), RoPE only, SBB (register token, average pooling,
-#: EvaAttention), EVA-02 (gated MLP, learned PE, average pooling), the half rotation layout
+#: EvaAttention), EVA-02 (gated MLP, learned PE, average pooling), the half rotation layout, DINOv3 (its own rotary
+#: module, half layout, registers, dynamic image size)
 VIT_VARIANTS = {
+    "dinov3": ("vit_small_patch16_dinov3_qkvb", {}),
     "rope_ape": ("vit_small_patch16_rope_ape_224", {}),
     "rope": ("vit_small_patch16_rope_224", {}),
     "reg_gap": ("vit_base_patch16_rope_reg1_gap_256", {}),

@@ -1,5 +1,5 @@
 """The RoPE ViT twin (timm ``Eva``: RoPE-Axial with and without a learned table, SBB register + average pooling,
-EVA-02 with a gated MLP, the half rotation layout) against timm: logit parity (float32 1e-5, float64 1e-10, every
+EVA-02 with a gated MLP, the half rotation layout, DINOv3 with a dynamic image size) against timm: logit parity (float32 1e-5, float64 1e-10, every
 composite, SDPA and eager), Gradient x Input through our sinks = autograd on the unmodified timm model (float64),
 the explanation's layout and aggregation, batch invariance, and one-line refusals (issue "PA-LRP for the models
 people use now", tests 1, 2 and 7)."""
@@ -31,6 +31,19 @@ def test_logit_parity_with_timm(variant, dtype, tol):
             with torch.no_grad():
                 logits = twin.forward(x.clone().requires_grad_(True), composite, attention=attention).logits
             assert (logits - expected).abs().max() <= tol, (composite, attention)
+
+
+def test_dynamic_image_size_parity():
+    """DINOv3 takes any multiple of the patch size: the rotary table is built for the image's grid, as in timm."""
+    model = make_rope_vit("dinov3")
+    twin = twin_for(model)
+    x = torch.randn(2, 3, 40, 24, dtype=torch.float64)
+    with torch.no_grad():
+        expected = model(x)
+        logits = twin.forward(twin.prepare(x).pixels, "attnlrp").logits
+    assert (logits - expected).abs().max() <= 1e-10
+    e = explain(model, x, method="pa_lrp")
+    assert e.scores.shape == (2, 40, 24) and e.positional.shape == (2, VIT["depth"], 2, 5, 3)
 
 
 @pytest.mark.parametrize("variant", ["rope_ape", "eva02", "reg_gap"])
@@ -98,7 +111,6 @@ def test_batch_invariance():
 @pytest.mark.parametrize("name,kwargs,match", [
     ("vit_small_patch16_rope_mixed_224", {}, "mixed"),
     ("vit_small_patch16_rope_ape_224", dict(qk_norm=True), "qk-norm"),
-    ("vit_small_patch16_rope_ape_224", dict(dynamic_img_size=True), "dynamic_img_size"),
     ("vit_small_patch16_rope_ape_224", dict(use_post_norm=True, init_values=None), "post-norm"),
     ("eva02_tiny_patch14_224", dict(patch_size=8, ref_feat_shape=(4, 4), scale_mlp=True), "MLP"),
     ("vit_small_patch16_rope_ape_224", dict(global_pool="map"), "global_pool"),
