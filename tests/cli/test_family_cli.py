@@ -12,13 +12,14 @@ import torch
 import transformers
 
 from palrp_bench.data.synthetic_text import build_tiny_tokenizer
+from palrp_bench.data.synthetic_vision import SYNTHETIC_CLASSES
 from palrp_bench.rundir import NONFINITE_METRIC
 from palrp_bench.runner.app import run
 from runner.harness import compose_cfg, read_results, run_cli
 
 VOCAB = 128  # covers the embedded tokenizer's 108 words
 TEXT = dict(bos_token_id=1, eos_token_id=2, pad_token_id=2)
-VIT_OPTIONS = dict(img_size=64, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=4)
+VIT_OPTIONS = dict(img_size=64, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=len(SYNTHETIC_CLASSES))
 
 
 @pytest.fixture(scope="module")
