@@ -6,7 +6,8 @@ writes these files, the report reads them, and neither needs the other's code.
 ```
 <run_dir>/
   results.csv      tidy per-sample rows (RESULT_COLUMNS)
-  metrics.csv      the final table numbers with intervals (METRIC_COLUMNS; palrp_bench.metrics.table)
+  metrics.csv      the final table numbers with intervals and the published ones (METRICS_CSV_COLUMNS)
+  metrics.json     the same rows per cell plus the run's summary (lm-evaluation-harness style results JSON)
   manifest.json    resolved config, versions, git commit, hardware, cells
   cells/<model>/<task>/<method>/   cell.json, shard stores, explanations/<sample>.npz
   logs/, invocations/, selection/
@@ -20,6 +21,7 @@ from pathlib import Path
 
 RESULTS_CSV = "results.csv"
 METRICS_CSV = "metrics.csv"
+METRICS_JSON = "metrics.json"
 MANIFEST_JSON = "manifest.json"
 
 #: columns identifying one reproduced cell (one method of one model on one task under one protocol); ``tie_break``
@@ -35,6 +37,10 @@ RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task",
 #: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)
 METRIC_COLUMNS = CELL_COLUMNS + ["rules", "metric", "variant", "value", "ci_low", "ci_high", "n", "n_nonfinite",
                                  "interval", "note"]
+#: ``metrics.csv`` also holds, where the paper has the number, the tables it appears in, the published value and
+#: ``value - published`` (:func:`palrp_bench.report.published.attach_published`)
+PAPER_COLUMNS = ["paper_table", "published", "difference"]
+METRICS_CSV_COLUMNS = METRIC_COLUMNS + PAPER_COLUMNS
 
 #: the single row a sample with non-finite relevance gets instead of metric rows
 NONFINITE_METRIC = "nonfinite_relevance"

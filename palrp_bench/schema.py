@@ -199,7 +199,7 @@ class ReportConfig:
     gallery_ids: List[str] = field(default_factory=list)
     #: where tables and plots are written; None = ``<run_dir>/report``
     out_dir: Optional[str] = None
-    #: directory of the published numbers; None = ``results/paper`` of the source checkout
+    #: folder of published-number CSVs; None = the paper's tables shipped with the package (palrp_bench/paper)
     paper_dir: Optional[str] = None
 
 

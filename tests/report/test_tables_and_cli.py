@@ -8,7 +8,7 @@ import pytest
 from palrp_bench.report.build import build_report
 from palrp_bench.report.cli import main as report_main
 from palrp_bench.metrics.table import metric_samples, table_metrics
-from palrp_bench.report.published import default_paper_dir, load_published
+from palrp_bench.report.published import load_published
 from palrp_bench.report.tables import REPRODUCED_ONLY, comparison_frame, paired_frame, reproduced_frame
 
 STEPS = np.round(np.linspace(0, 1, 11), 10)
@@ -67,7 +67,7 @@ def test_paired_frame_pa_lrp_vs_attnlrp():
 
 
 def test_published_numbers_of_the_repository():
-    df = load_published(default_paper_dir())
+    df = load_published()
     assert {"table1", "table2", "table3", "table4", "table5", "appendix_f"} <= set(df.table)
     row = df[(df.table == "table4") & (df.model == "deit_tiny") & (df.method == "pa_lrp")
              & (df.variant == "positive") & (df.metric == "auc_predicted")].iloc[0]

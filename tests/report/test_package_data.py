@@ -1,0 +1,48 @@
+"""The published tables ship inside the package: a wheel built from the source holds them, and they load through
+the package API from that wheel alone (no checkout, no results/ folder on the path)."""
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from runner.harness import REPO
+
+PAPER_TABLES = {"table1", "table2", "table3", "table4", "table5", "appendix_f"}
+
+
+def test_the_wheel_holds_the_paper_tables_and_they_load_from_it(tmp_path):
+    source = tmp_path / "src"  # build from a copy: setuptools writes build/ and *.egg-info next to the sources
+    shutil.copytree(REPO / "palrp_bench", source / "palrp_bench",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+                           "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = done.stdout + done.stderr  # -v: the build backend's warnings are shown
+    assert "adding 'palrp_bench/paper/table1.csv'" in log and "TOML table" not in log  # SPDX license string
+    (wheel,) = (tmp_path / "dist").glob("palrp_bench-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(tmp_path / "site")
+    assert {f"palrp_bench/paper/{t}.csv" for t in PAPER_TABLES} <= names
+    probe = ("import palrp_bench.report.published as p, sys\n"
+             "assert p.__file__.startswith(sys.argv[1]), p.__file__\n"
+             "df = p.load_published()\n"
+             "print(sorted(set(df.table)), len(df))\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site")], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    tables, rows = out.stdout.strip().rsplit(" ", 1)
+    assert set(ast.literal_eval(tables)) == PAPER_TABLES and int(rows) == len(_rows_in(REPO / "results" / "paper"))
+
+
+def _rows_in(folder: Path) -> list[str]:
+    return [line for path in sorted(folder.glob("*.csv")) for line in path.read_text().splitlines()[1:] if line]
+
+
+def test_results_paper_is_the_package_copy():
+    link = REPO / "results" / "paper"
+    assert link.is_symlink() and link.resolve() == (REPO / "palrp_bench" / "paper").resolve()
