@@ -16,3 +16,14 @@ def write_json_atomic(path: Path, data) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_csv_atomic(df, path: Path, float_format: str = "%.10g") -> None:
+    """Write a pandas frame as CSV (no index) to a temporary name, fsync, rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    df.to_csv(tmp, index=False, float_format=float_format)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,11 +1,14 @@
 """Reports: a run's ``results.csv`` and ``metrics.csv`` -> the paper's tables, published vs reproduced.
 
-The table numbers themselves come from :mod:`palrp_bench.metrics.table` (``metrics.csv``).
+The table numbers themselves come from :mod:`palrp_bench.metrics.table` (``metrics.csv``); nothing here recomputes
+them.
 
-* :mod:`.stats`      paired comparisons of two methods on the same samples (bootstrap, Wilcoxon)
-* :mod:`.published`  the paper's numbers (``results/paper/*.csv``)
-* :mod:`.tables`     comparison and paired frames, Markdown / LaTeX rendering
-* :mod:`.summary`    the table printed after a run
-* :mod:`.plots`      perturbation curves and heatmap galleries (matplotlib, Agg)
-* :mod:`.build`      everything into ``<run>/report``; :mod:`.cli` the ``palrp-bench-report`` command
+* :mod:`.published`     the paper's numbers (package data ``palrp_bench/paper/*.csv``) and how they attach to a
+                        ``metrics.csv`` frame (``paper_table``, ``published``, ``difference``)
+* :mod:`.metrics_json`  ``metrics.json``: the same rows plus the run's summary, lm-evaluation-harness style
+* :mod:`.stats`         paired comparisons on the same samples (scipy bootstrap and permutation test), Holm
+* :mod:`.tables`        the paper-shaped tables, the per-cell tables, paired tables; Markdown and LaTeX (Styler)
+* :mod:`.summary`       the table printed after a run
+* :mod:`.plots`         perturbation curves with bands, relevance-map galleries (matplotlib, Agg)
+* :mod:`.build`         everything into ``<run>/report``; :mod:`.cli` the ``palrp-bench-report`` command
 """

@@ -1,28 +1,36 @@
-"""Build the full report of one or more runs: tables (Markdown + LaTeX + CSV), paired tests, plots.
+"""Build the full report of one or more runs: the paper's tables (Markdown + LaTeX), the run's other cells, paired
+tests, plots.
 
-Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV files (the table numbers are then computed from them with
-:func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them). Output in ``out_dir``
-(default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``, ``paired.csv``,
-``curves_*.png`` and ``gallery_*.png``.
+Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV files (the table numbers are then
+computed from them with :func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them).
+Output in ``out_dir`` (default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``,
+``paired.csv``, ``curves_*.png`` and ``gallery_*.png``. Each input run directory also gets its ``metrics.csv`` and
+``metrics.json`` refreshed with the published numbers of this version (:mod:`palrp_bench.report.published`).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import MissingDataError
+from ..atomic_io import write_csv_atomic
 from ..metrics.table import metric_samples, table_metrics
-from ..rundir import METRICS_CSV, RESULTS_CSV
-from .published import load_published
-from .tables import (comparison_frame, comparison_latex, comparison_markdown, paired_frame, paired_latex,
-                     paired_markdown, reproduced_frame, tie_break_frame, tie_break_markdown)
+from ..rundir import MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, RESULTS_CSV
+from .metrics_json import write_metrics_json
+from .published import attach_published, load_published
+from .stats import N_PERMUTATIONS
+from .tables import (REPRODUCED_ONLY, comparison_frame, latex, markdown, paired_frame, paired_tables, paper_tables,
+                     reproduced_only, tie_break_frame, tie_break_table)
 
 _METHOD_NOTE = (
-    "Intervals: {conf}% BCa bootstrap over samples of the table metric's own function (scipy.stats.bootstrap; "
-    "metrics.csv). Paired comparisons: paired bootstrap of the difference on common samples ({n_boot} resamples, "
-    "seed 0) and a two-sided Wilcoxon signed-rank test on per-sample values (palrp_bench/report/stats.py)."
+    "Table numbers: each metric's own function over the samples (metrics.csv); intervals: {conf}% BCa bootstrap "
+    "(scipy.stats.bootstrap, all components of a sample resampled together, {n_boot} resamples). Paired comparisons: "
+    "the difference of the table numbers on the common samples, its paired BCa bootstrap interval "
+    "(scipy.stats.bootstrap, paired=True) and a two-sided paired permutation test (scipy.stats.permutation_test, "
+    "permutation_type='samples', {n_perm} resamples), p-values Holm-adjusted within each table."
 )
 
 
@@ -32,6 +40,7 @@ class ReportResult:
     text: str
     comparison: pd.DataFrame
     paired: pd.DataFrame
+    metrics: pd.DataFrame
     files: list[Path] = field(default_factory=list)
 
 
@@ -72,6 +81,26 @@ def _option(cfg, name: str, default):
     return getattr(value, "value", value)
 
 
+def _sections(tables, empty: str) -> list[str]:
+    lines = []
+    for t in tables:
+        lines += [f"### {t.name}", "", markdown(t), ""]
+    return lines or [empty, ""]
+
+
+def refresh_run_files(run_dir: Path, metrics: pd.DataFrame) -> list[Path]:
+    """Rewrite ``metrics.csv`` and ``metrics.json`` of ``run_dir`` from its rows of ``metrics`` (published numbers
+    attached); the manifest summary comes from its ``manifest.json``."""
+    run_dir = Path(run_dir)
+    rows = metrics[metrics["run"].astype(str) == run_dir.name]
+    if rows.empty:
+        return []
+    manifest_path = run_dir / MANIFEST_JSON
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"run": run_dir.name}
+    write_csv_atomic(rows[METRICS_CSV_COLUMNS], run_dir / METRICS_CSV)
+    return [run_dir / METRICS_CSV, write_metrics_json(run_dir, rows, manifest)]
+
+
 def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> ReportResult:
     """Tables, paired comparisons and plots of the runs / CSVs in ``paths`` under ``report_cfg``
     (:class:`~palrp_bench.schema.ReportConfig` or anything with the same attributes)."""
@@ -83,22 +112,34 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
         (run_dirs[0] if run_dirs else Path(paths[0]).parent) / "report"))
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    reproduced = reproduced_frame(metrics)
     published = load_published(_option(report_cfg, "paper_dir", None))
-    comparison = comparison_frame(reproduced, published)
+    metrics = attach_published(metrics, published)
+    files: list[Path] = []
+    for run_dir in run_dirs:
+        files += refresh_run_files(run_dir, metrics)
+    comparison = comparison_frame(metrics, published)
     paired = paired_frame(metric_samples(df), confidence, n_boot)
+    paper = paper_tables(metrics, published, confidence)
+    only = reproduced_only(metrics, published, confidence)
+    pairs = paired_tables(paired, confidence)
 
-    note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot)
-    md = ["# palrp-bench report", "", note, "", "## Published vs reproduced", "",
-          comparison_markdown(comparison, confidence) if not comparison.empty else "no table metrics in the input",
-          "", "## Paired comparisons (same samples)", "", paired_markdown(paired)]
-    by_tie_break = tie_break_frame(metrics)
-    if not by_tie_break.empty:
-        md += ["", "## Table 4 under each pixel-perturbation tie-break", "",
-               tie_break_markdown(by_tie_break, confidence)]
-    tex = [f"% palrp-bench report. {note}", comparison_latex(comparison, confidence), paired_latex(paired)]
-    files = []
-    for name, content in (("report.md", "\n".join(md) + "\n"), ("report.tex", "\n\n".join(tex) + "\n")):
+    note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot, n_perm=N_PERMUTATIONS)
+    md = ["# palrp-bench report", "", note, "", "## The paper's tables: published vs reproduced", ""]
+    md += _sections(paper, "no number of the paper's tables in the input")
+    md += [f"## {REPRODUCED_ONLY.capitalize()} (cells the paper has no number for)", ""]
+    md += _sections(only, "none")
+    md += ["## Paired comparisons (same samples)", ""]
+    md += _sections(pairs, "no method pairs on common samples")
+    by_tie_break = tie_break_table(tie_break_frame(metrics), confidence)
+    if by_tie_break is not None:
+        md += ["## Table 4 under each pixel-perturbation tie-break", "", markdown(by_tie_break), ""]
+    tex = [f"% palrp-bench report. {note}", "% The paper's tables: published vs reproduced"]
+    tex += [latex(t) for t in paper]
+    tex += [f"% {REPRODUCED_ONLY}"] + [latex(t) for t in only]
+    tex += ["% Paired comparisons (same samples)"] + [latex(t) for t in pairs]
+    if by_tie_break is not None:
+        tex += ["% Table 4 under each pixel-perturbation tie-break", latex(by_tie_break)]
+    for name, content in (("report.md", "\n".join(md).rstrip() + "\n"), ("report.tex", "\n\n".join(tex) + "\n")):
         (out_dir / name).write_text(content)
         files.append(out_dir / name)
     comparison.to_csv(out_dir / "comparison.csv", index=False)
@@ -114,4 +155,4 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
                     path = plot_gallery(run_dir, model_dir.name, task_dir.name, out_dir, gallery)
                     if path is not None:
                         files.append(path)
-    return ReportResult(out_dir, "\n".join(md), comparison, paired, files)
+    return ReportResult(out_dir, "\n".join(md), comparison, paired, metrics, files)

@@ -1,4 +1,5 @@
-"""``palrp-bench-report``: tidy CSVs -> the paper's tables (Markdown, LaTeX), paired tests, plots.
+"""``palrp-bench-report``: tidy CSVs -> the paper's tables (Markdown, LaTeX), paired tests, plots; refreshes the
+run's ``metrics.csv`` / ``metrics.json`` with the published numbers.
 
 ::
 
@@ -33,8 +34,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs-root", type=Path, default=Path("runs"), help="where to look for the newest run")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/report)")
     p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (intervals, paired comparisons)")
-    p.add_argument("--paper-dir", type=Path, default=None, help="published numbers (default: results/paper)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (intervals of the paired differences; "
+                   "metrics.csv of a run keeps the intervals it was merged with)")
+    p.add_argument("--paper-dir", type=Path, default=None,
+                   help="folder of published-number CSVs (default: the paper's tables shipped with palrp-bench)")
     p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     return p.parse_args(argv)

@@ -1,25 +1,33 @@
-"""Paired comparisons of two methods on the same samples (PA-LRP vs AttnLRP; issue "Reports").
+"""Paired comparisons of two methods on the same samples (PA-LRP vs AttnLRP, PA-LRP vs its ablations).
 
-The intervals of single table numbers are part of ``metrics.csv`` (:func:`palrp_bench.metrics.table.table_metrics`,
-a BCa bootstrap of the metric's own function). Here, for two methods A and B of the same cell, metric and variant:
+For methods A and B of one cell, table metric and variant, on the samples both retain:
 
-* paired bootstrap of ``metric(A) - metric(B)``: one resample of the common sample ids is applied to both
-  methods, so per-sample correlation is kept; each resample recomputes both table numbers with the metric's own
-  function (``MetricSpec.compute``), and the interval and the share of resamples on the wrong side of 0
-  (a two-sided bootstrap p-value, ``2 * min(P(d <= 0), P(d >= 0))``) are reported;
-* Wilcoxon signed-rank test (two-sided, ``zero_method="wilcox"``, ``scipy.stats.wilcoxon``) on the per-sample
-  values (per-sample AUC; per-image pixel accuracy / IoU / share for pooled metrics).
+* ``difference``: ``metric(A) - metric(B)``, each table number computed by the metric's own function
+  (``MetricSpec.compute``: the area of the mean curve, a pooled ratio, ...), exactly as ``metrics.csv`` does;
+* its BCa bootstrap interval: :func:`palrp_bench.metrics.table.confidence_interval` (``scipy.stats.bootstrap``,
+  ``paired=True``) on the joined per-sample components of A and B, so one resample draws the same samples for both
+  methods and the per-sample correlation is kept. Constant samples give a zero-width interval and a note;
+* its p-value: ``scipy.stats.permutation_test`` with ``permutation_type="samples"`` (the paired permutation test):
+  under the null hypothesis A and B are exchangeable within each sample, so each resample swaps the two methods'
+  values of a random subset of the samples and recomputes the same difference. Two-sided; exact when
+  ``2**n`` does not exceed the number of resamples;
+* :func:`holm`: the Holm (1979) step-down adjustment of the p-values of one table. SciPy has none
+  (``scipy.stats.false_discovery_control`` is Benjamini-Hochberg, which controls a different error rate) and
+  ``statsmodels`` would be a dependency for five lines, so it is written here once.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..metrics.table import MetricSamples
+from ..metrics.table import MetricSamples, confidence_interval
 
-#: resamples per chunk (bounds memory: chunk x n x k floats)
-_CHUNK = 200
+#: permutation-test resamples (SciPy's default); the smallest attainable p-value is 1 / (N + 1)
+N_PERMUTATIONS = 9999
+#: permutation resamples evaluated per vectorised call (bounds memory: batch x n x k floats)
+_BATCH = 200
 
 
 @dataclass
@@ -27,45 +35,80 @@ class PairedComparison:
     difference: float
     low: float
     high: float
-    p_bootstrap: float
-    p_wilcoxon: float
+    p_value: float
     n: int
+    note: str = ""
+
+
+def _as_rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """``permutation_test`` hands each sample over as ``[..., k, n]`` with the observations on ``axis``; the metric
+    functions want ``[..., n, k]``."""
+    return np.swapaxes(np.moveaxis(x, axis, -1), -1, -2)
+
+
+def _difference_samples(a: MetricSamples, ids: np.ndarray, ca: np.ndarray, cb: np.ndarray) -> MetricSamples:
+    """A :class:`MetricSamples` whose components are ``[A | B]`` per sample and whose function is
+    ``metric(A) - metric(B)``: the paired bootstrap is then the same call as a single table number's."""
+    k = ca.shape[1]
+    compute = a.spec.compute
+    spec = dataclasses.replace(a.spec, name=f"{a.spec.name} difference",
+                               compute=lambda c: compute(c[..., :k]) - compute(c[..., k:]))
+    return MetricSamples(a.cell, spec, a.variant, ids, np.concatenate([ca, cb], axis=1))
 
 
 def paired_comparison(a: MetricSamples, b: MetricSamples, confidence: float = 0.95, n_boot: int = 1000,
-                      seed: int = 0) -> PairedComparison:
-    """``a - b`` on the samples both retain (module docstring)."""
+                      n_permutations: int = N_PERMUTATIONS, seed: int = 0) -> PairedComparison:
+    """``metric(A) - metric(B)`` on the samples both retain, its BCa interval and permutation p-value."""
+    from scipy import stats
+
     ids_a, comps_a = a.retained()
     ids_b, comps_b = b.retained()
     common, ia, ib = np.intersect1d(ids_a, ids_b, return_indices=True)
     n = int(common.size)
     nan = float("nan")
     if n == 0:
-        return PairedComparison(nan, nan, nan, nan, nan, 0)
+        return PairedComparison(nan, nan, nan, nan, 0, "no common samples")
     ca, cb = comps_a[ia], comps_b[ib]
     diff = float(a.spec.compute(ca) - b.spec.compute(cb))
     if n < 2:
-        return PairedComparison(diff, nan, nan, nan, nan, n)
-    rng = np.random.default_rng(seed)
-    d = np.empty(n_boot)
-    for start in range(0, n_boot, _CHUNK):
-        idx = rng.integers(0, n, size=(min(_CHUNK, n_boot - start), n))
-        d[start:start + idx.shape[0]] = a.spec.compute(ca[idx]) - b.spec.compute(cb[idx])
-    d = d[np.isfinite(d)]
-    alpha = 1.0 - confidence
-    low, high = np.quantile(d, [alpha / 2, 1 - alpha / 2]) if d.size else (nan, nan)
-    p_boot = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean()))) if d.size else nan
-    per_a = np.asarray(a.spec.compute(ca[:, None, :]), dtype=np.float64).reshape(-1)
-    per_b = np.asarray(b.spec.compute(cb[:, None, :]), dtype=np.float64).reshape(-1)
-    return PairedComparison(diff, float(low), float(high), p_boot, wilcoxon_p(per_a, per_b), n)
+        return PairedComparison(diff, nan, nan, nan, n, "fewer than 2 common samples: no interval, no test")
+    if np.array_equal(ca, cb, equal_nan=True):
+        return PairedComparison(diff, diff, diff, 1.0, n,
+                                "identical per-sample values: zero-width interval, p = 1")
+    low, high, note = confidence_interval(_difference_samples(a, common, ca, cb), confidence, n_boot, seed)
+    compute_a, compute_b = a.spec.compute, b.spec.compute
+
+    def statistic(x, y, axis):
+        return np.asarray(compute_a(_as_rows(x, axis)) - compute_b(_as_rows(y, axis)), dtype=np.float64)
+
+    result = stats.permutation_test((ca, cb), statistic, permutation_type="samples", vectorized=True,
+                                    n_resamples=n_permutations, batch=_BATCH, alternative="two-sided",
+                                    random_state=np.random.default_rng(seed))
+    return PairedComparison(diff, low, high, float(result.pvalue), n, note)
 
 
-def wilcoxon_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p-value of paired samples (NaN when every difference is 0)."""
-    from scipy import stats
+def holm(p_values) -> np.ndarray:
+    """Holm step-down adjusted p-values (Holm 1979): with the ``m`` finite p-values sorted ascending, the ``i``-th
+    (0-based) is multiplied by ``m - i``, a running maximum keeps the order, and values are capped at 1. A
+    hypothesis is rejected at level alpha when its adjusted p-value is <= alpha. NaN entries (no test) stay NaN and
+    do not count in ``m``."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    q = p[finite]
+    m = q.size
+    if m:
+        order = np.argsort(q, kind="stable")
+        adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
+        values = np.empty(m)
+        values[order] = adjusted
+        out[finite] = values
+    return out
 
-    d = np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)
-    d = d[np.isfinite(d)]
-    if d.size == 0 or np.all(d == 0):
-        return float("nan")
-    return float(stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided").pvalue)
+
+def format_p(p: float) -> str:
+    """A p-value as printed: ``< 0.001`` below a thousandth (never ``0.0000``: a permutation p-value is at least
+    ``1 / (N + 1)``), else three decimals; ``-`` when there was no test."""
+    if p is None or not np.isfinite(p):
+        return "-"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"

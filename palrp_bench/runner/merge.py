@@ -1,4 +1,5 @@
-"""Shard stores -> the run's tidy ``results.csv``, its table numbers ``metrics.csv`` and ``manifest.json``
+"""Shard stores -> the run's tidy ``results.csv``, its table numbers ``metrics.csv`` / ``metrics.json`` and
+``manifest.json``
 (DESIGN.md "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +23,10 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import table_metrics
-from ..rundir import MANIFEST_JSON, METRIC_COLUMNS, METRICS_CSV, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV
-from ..atomic_io import write_json_atomic
+from ..rundir import MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV
+from ..atomic_io import write_csv_atomic, write_json_atomic
+from ..report.metrics_json import write_metrics_json
+from ..report.published import attach_published, load_published
 from .manifest import environment
 from .store import decode_rows, iter_cell_records, record_metrics
 
@@ -87,20 +89,13 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
     return df, cells
 
 
-def _write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    df.to_csv(tmp, index=False, float_format="%.10g")
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> MergeOutcome:
     """(Re)build ``results.csv``, ``metrics.csv`` and ``manifest.json`` of ``run_dir`` from its shard stores.
 
     ``metrics.csv`` is computed from ``results.csv`` as written (:func:`palrp_bench.metrics.table.table_metrics`,
     intervals at ``confidence`` with ``n_boot`` bootstrap resamples), so a report recomputing it from the CSV gets
-    the same numbers."""
+    the same numbers; the published numbers and the differences to them are attached
+    (:func:`palrp_bench.report.published.attach_published`) and ``metrics.json`` holds the same rows."""
     run_dir = Path(run_dir)
     if not (run_dir / "cells").is_dir():
         raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",
@@ -110,11 +105,11 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
         try:
             df, cells = collect_rows(run_dir)
             csv_path = run_dir / RESULTS_CSV
-            _write_csv_atomic(df, csv_path)
+            write_csv_atomic(df, csv_path)
             written = pd.read_csv(csv_path, dtype={"variant": str, "sample_id": str})
-            metrics = table_metrics(written, confidence, n_boot)
+            metrics = attach_published(table_metrics(written, confidence, n_boot), load_published())
             metrics_path = run_dir / METRICS_CSV
-            _write_csv_atomic(metrics, metrics_path)
+            write_csv_atomic(metrics[METRICS_CSV_COLUMNS], metrics_path)
             invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
             manifest = {
                 "run": run_dir.name,
@@ -123,7 +118,7 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
                 "results_csv": csv_path.name,
                 "metrics_csv": metrics_path.name,
                 "columns": RESULT_COLUMNS,
-                "metric_columns": METRIC_COLUMNS,
+                "metric_columns": METRICS_CSV_COLUMNS,
                 "n_rows": int(len(df)),
                 "environment": environment(),
                 "seeds": sorted({c["settings"]["seed"] for c in cells}),
@@ -133,6 +128,8 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
             }
             manifest_path = run_dir / MANIFEST_JSON
             write_json_atomic(manifest_path, manifest)
+            # metrics.json from metrics.csv as written: the same rows, the same digits
+            write_metrics_json(run_dir, pd.read_csv(metrics_path, dtype={"variant": str}), manifest)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return MergeOutcome(csv_path, metrics_path, manifest_path, int(len(df)), int(sum(c["n_samples"] for c in cells)),

@@ -8,7 +8,7 @@ import pytest
 from palrp_bench.runner.app import run
 from palrp_bench.errors import MissingDataError
 from palrp_bench.metrics.nlp import au_mse, auac
-from palrp_bench.rundir import METRIC_COLUMNS, RESULT_COLUMNS
+from palrp_bench.rundir import METRICS_CSV_COLUMNS, RESULT_COLUMNS
 from palrp_bench.runner.merge import merge_run
 from runner.harness import compose_cfg, per_sample_values, read_results
 
@@ -42,7 +42,7 @@ def test_every_run_writes_metrics_csv_from_the_metric_functions(tmp_path):
     run(compose_cfg(tmp_path / "r1", *SELFTEST, "task.options.n=9"), out=open("/dev/null", "w"))
     df = read_results(tmp_path / "r1")
     metrics = pd.read_csv(tmp_path / "r1/metrics.csv", dtype={"variant": str})
-    assert list(metrics.columns) == METRIC_COLUMNS
+    assert list(metrics.columns) == METRICS_CSV_COLUMNS
     assert set(metrics.metric) == {"auac", "au_mse"} and set(metrics.variant) == {"generation", "pruning"}
     for (method, metric, variant), row in metrics.set_index(["method", "metric", "variant"]).iterrows():
         raw = df[(df.method == method) & (df.metric == {"auac": "ac", "au_mse": "mse"}[metric])
