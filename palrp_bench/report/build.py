@@ -148,7 +148,7 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
     if plots and not df.empty:
         from .plots import plot_curves, plot_gallery
 
-        files += plot_curves(df, out_dir)
+        files += plot_curves(df, metrics, out_dir, confidence)
         for run_dir in run_dirs:
             for model_dir in sorted((run_dir / "cells").glob("*")):
                 for task_dir in sorted(model_dir.glob("*")):

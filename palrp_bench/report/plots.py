@@ -1,22 +1,38 @@
-"""Figures of a report (matplotlib, Agg backend): perturbation curves and heatmap galleries.
+"""Figures of a report (matplotlib, Agg backend): perturbation curves and relevance-map galleries.
 
-* :func:`plot_curves`: per (run, model, task, curve metric, variant) one PNG with the sample-mean curve of every
-  method (the curves whose areas are Tables 1-4).
-* :func:`plot_gallery`: per (run, model, task) one PNG, a grid of fixed sample ids (rows) x methods (columns)
-  drawn from the explanation cache the runner saved (``cells/<model>/<task>/<method>/explanations``): token
-  heatmaps for text (each token's background coloured by its normalised score), pixel maps over the image for
-  vision. The ids are ``report.gallery_ids`` when given, otherwise the first few ids every method has cached.
+* :func:`curve_figure` / :func:`plot_curves`: per (run, model, task, curve, variant) the sample-mean curve of every
+  method with a band (the pointwise confidence interval of the mean over samples, Student t, at the report's
+  confidence), each method in its own line style and marker so equal curves stay visible, and the method's table
+  number from ``metrics.csv`` in the legend (the area whose curve it is: AUAC, AU-MSE, vision AUC).
+* :func:`gallery_figure` / :func:`plot_gallery`: per (run, model, task) a grid of fixed sample ids (rows) x methods
+  (columns) from the explanation cache the runner saved (``cells/<model>/<task>/<method>/explanations``).
+  Each map is shown as the evaluation uses it, divided by its largest absolute value (perturbation order and the
+  mean threshold do not depend on the scale), and every method of a sample shares one colour scale and one colour
+  bar. Non-negative maps (the ReLU'd vision maps) use a sequential colour map whose zero is fully transparent, so
+  the image shows through where there is no relevance; signed maps use a diverging map centred at zero
+  (``matplotlib.colors.CenteredNorm``) whose centre is transparent over images and white behind tokens.
+  The gallery shows what its task evaluates: segmentation galleries outline the mean-threshold foreground that
+  Table 5 scores (and the ground-truth mask when cached); image-classification galleries show the map of the
+  explained class; text galleries colour each token's background.
 """
 from __future__ import annotations
 
+import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..metrics.registry import curve_inputs
+from ..metrics.registry import EACH_VARIANT, curve_inputs, metric_specs
 from ..rundir import explanation_file, read_explanation
+
+#: line styles and markers cycled over the methods of a curve plot (distinct even when curves coincide)
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+SEQUENTIAL_CMAP = "inferno_r"
+DIVERGING_CMAP = "RdBu_r"
 
 
 def _mpl():
@@ -32,67 +48,183 @@ def _slug(*parts) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(str(p) for p in parts))
 
 
-def plot_curves(df: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write one curve plot per (run, model, task, metric, variant); returns the paths."""
+# ----------------------------------------------------------------------------------------------------------------
+# curves
+# ----------------------------------------------------------------------------------------------------------------
+
+def table_metric_of(curve: str, variant: str) -> tuple[str, str] | None:
+    """The ``(table metric, variant)`` whose number is the area under the raw ``curve`` rows of ``variant``."""
+    for spec in metric_specs().values():
+        if not spec.curve:
+            continue
+        for source in spec.sources:
+            if source.inputs[0] == curve and source.raw_variant in (None, variant):
+                return spec.name, variant if source.variant == EACH_VARIANT else source.variant
+    return None
+
+
+def mean_band(curves: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pointwise mean of ``curves [n, steps]`` over samples and its Student-t confidence interval
+    (``scipy.stats.t.interval`` with ``scipy.stats.sem``; NaN steps are left out per step, as the official
+    ``nanmean`` does), clipped to the range of the samples. With fewer than two samples the band collapses onto
+    the mean."""
+    from scipy import stats
+
+    curves = np.asarray(curves, dtype=np.float64)
+    n = np.isfinite(curves).sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        mean = np.nanmean(curves, axis=0) if curves.size else np.zeros(curves.shape[1])
+        sem = stats.sem(curves, axis=0, nan_policy="omit") if curves.shape[0] > 1 else np.zeros_like(mean)
+        sem = np.where((n > 1) & np.isfinite(sem), sem, 0.0)
+        low, high = stats.t.interval(confidence, np.maximum(n - 1, 1), loc=mean, scale=np.where(sem > 0, sem, 1.0))
+    low, high = np.where(sem > 0, low, mean), np.where(sem > 0, high, mean)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN steps
+        # the mean of the samples cannot leave their range (an AC curve stays in [0, 1])
+        low, high = np.maximum(low, np.nanmin(curves, axis=0)), np.minimum(high, np.nanmax(curves, axis=0))
+    return mean, low, high
+
+
+def curve_figure(curves: pd.DataFrame, numbers: pd.DataFrame | None, title: str, confidence: float = 0.95):
+    """The figure of one curve: ``curves`` are the tidy rows of one (run, model, task, metric, variant);
+    ``numbers`` the matching ``metrics.csv`` rows (for the legend)."""
+    plt = _mpl()
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    curve, variant = curves["metric"].iloc[0], str(curves["variant"].iloc[0])
+    table = table_metric_of(curve, variant)
+    for k, (method, mdf) in enumerate(curves.groupby("method", sort=True)):
+        wide = mdf.pivot_table(index="sample_id", columns="step", values="value", aggfunc="first", dropna=False)
+        steps = wide.columns.to_numpy(dtype=np.float64)
+        mean, low, high = mean_band(wide.to_numpy(), confidence)
+        label = str(method)
+        if table is not None and numbers is not None and not numbers.empty:
+            hit = numbers[(numbers["method"] == method) & (numbers["metric"] == table[0])
+                          & (numbers["variant"].astype(str) == table[1])]
+            if len(hit) and np.isfinite(hit["value"].iloc[0]):
+                label += f" ({table[0]} {hit['value'].iloc[0]:.3f})"
+        line, = ax.plot(steps, mean, linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+                        marker=MARKERS[k % len(MARKERS)], ms=3.5, lw=1.4, label=label, alpha=0.9)
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.set_xlabel("fraction of tokens" if curve in ("ac", "mse") else "fraction of pixels removed")
+    ax.set_ylabel(curve)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7, title=f"band: {int(round(confidence * 100))}% CI of the mean", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(df: pd.DataFrame, metrics: pd.DataFrame | None, out_dir: Path, confidence: float = 0.95
+                ) -> list[Path]:
+    """Write one curve plot per (run, model, task, curve, variant); returns the paths."""
     plt = _mpl()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     curves = df[df["metric"].isin(curve_inputs())]
     for (run, model, task, metric, variant), sub in curves.groupby(["run", "model", "task", "metric", "variant"]):
-        fig, ax = plt.subplots(figsize=(4.5, 3.2))
-        for method, mdf in sub.groupby("method", sort=True):
-            mean = mdf.groupby("step")["value"].mean()
-            ax.plot(mean.index, mean.values, marker="o", ms=3, label=method)
-        ax.set_xlabel("fraction" if metric in ("ac", "mse") else "fraction of pixels removed")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{model} / {task}: {metric} ({variant})", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        numbers = None
+        if metrics is not None and not metrics.empty:
+            numbers = metrics[(metrics["run"].astype(str) == str(run)) & (metrics["model"] == model)
+                              & (metrics["task"] == task)]
+        fig = curve_figure(sub, numbers, f"{model} / {task}: {metric} ({variant})", confidence)
         path = out_dir / f"curves_{_slug(run, model, task, metric, variant)}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=120)
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def _normalise(x: np.ndarray) -> np.ndarray:
-    x = np.nan_to_num(np.asarray(x, dtype=np.float64))
-    m = np.abs(x).max()
+# ----------------------------------------------------------------------------------------------------------------
+# relevance maps
+# ----------------------------------------------------------------------------------------------------------------
+
+def _transparent_zero(name: str, diverging: bool):
+    """``name`` with an alpha channel that is 0 at relevance 0 and grows with |relevance| (a diverging map's centre,
+    a sequential map's low end), so zero relevance never paints over the image."""
+    from matplotlib.colors import ListedColormap
+
+    plt = _mpl()
+    n = 257  # odd: a diverging map has an entry exactly at its centre
+    colours = plt.get_cmap(name)(np.linspace(0, 1, n))
+    ramp = np.abs(np.linspace(-1, 1, n)) if diverging else np.linspace(0, 1, n)
+    colours[:, 3] = np.clip(ramp * 1.6, 0, 0.9)
+    return ListedColormap(colours, name=f"{name}_zero_transparent")
+
+
+def map_style(maps: list[np.ndarray], over_image: bool):
+    """``(cmap, norm)`` shared by all maps of one sample (already divided by their max |value|): sequential from 0
+    to 1 when every map is non-negative, diverging and centred at 0 otherwise."""
+    from matplotlib.colors import CenteredNorm, Normalize
+
+    plt = _mpl()
+    signed = any(np.nanmin(m) < 0 for m in maps if np.size(m))
+    if signed:
+        cmap = _transparent_zero(DIVERGING_CMAP, True) if over_image else plt.get_cmap(DIVERGING_CMAP)
+        return cmap, CenteredNorm(vcenter=0.0, halfrange=1.0)
+    cmap = _transparent_zero(SEQUENTIAL_CMAP, False) if over_image else plt.get_cmap(SEQUENTIAL_CMAP)
+    return cmap, Normalize(vmin=0.0, vmax=1.0)
+
+
+def normalise(x: np.ndarray) -> np.ndarray:
+    """``x / max|x|`` (zero maps stay zero; non-finite values become 0)."""
+    x = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    m = np.abs(x).max() if x.size else 0.0
     return x / m if m > 0 else x
 
 
-def _draw_tokens(ax, tokens: np.ndarray, scores: np.ndarray, plt) -> None:
-    """Tokens left to right, wrapped, each on a red (positive) / blue (negative) background."""
-    cmap = plt.get_cmap("bwr")
-    s = _normalise(scores)
-    x, y, line_height, width = 0.0, 1.0, 0.12, 1.0
-    for tok, v in zip(tokens, s):
+def _draw_tokens(ax, tokens: np.ndarray, scores: np.ndarray, cmap, norm) -> None:
+    """Tokens left to right, wrapped at the axes' width, each on a background coloured by its (normalised) score.
+    Widths are measured with the renderer, positions are offsets in points from the axes' top-left corner, so
+    tokens never overlap whatever the figure size (call after the figure's layout is final)."""
+    from matplotlib.transforms import offset_copy
+
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    points = 72.0 / fig.dpi
+    box = ax.get_window_extent(renderer)
+    width, height, line = box.width * points, box.height * points, 9.0
+    ax.axis("off")
+    x = y = 0.0
+    for tok, v in zip(tokens, scores):
         text = str(tok).replace("\n", "\\n") or " "
-        w = 0.018 * (len(text) + 1)
+        r, g, b, _ = cmap(norm(v))
+        ink = "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"  # readable on dark backgrounds
+        t = ax.text(0, 1, text, fontsize=6, va="top", ha="left", family="monospace", color=ink,
+                    transform=offset_copy(ax.transAxes, fig, x=x, y=-y, units="points"),
+                    bbox=dict(facecolor=(r, g, b), edgecolor="none", pad=0.6))
+        w = t.get_window_extent(renderer).width * points + 2.5
         if x + w > width and x > 0:
-            x, y = 0.0, y - line_height
-        if y < 0:
-            ax.text(x, y + line_height / 2, "...", fontsize=6)
+            x, y = 0.0, y + line
+            t.set_transform(offset_copy(ax.transAxes, fig, x=x, y=-y, units="points"))
+        if y + line > height:
+            t.set_text("...")
             break
-        ax.text(x, y, text, fontsize=6, va="top", family="monospace",
-                bbox=dict(facecolor=cmap(0.5 + 0.5 * v), edgecolor="none", pad=0.5))
         x += w
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.05)
-    ax.axis("off")
 
 
-def _draw_map(ax, image: np.ndarray | None, scores: np.ndarray) -> None:
+def _as_hwc(image: np.ndarray) -> np.ndarray:
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[0] in (1, 3):
+        img = np.transpose(img, (1, 2, 0))
+    img = img.astype(np.float64)
+    return img / 255.0 if img.max() > 1.0 else img
+
+
+def _draw_map(ax, image, scores: np.ndarray, cmap, norm, kind: str, mask=None):
+    """The map over a desaturated copy of the image; segmentation adds the mean-threshold foreground (solid) and the
+    ground-truth mask (dashed) outlines."""
     if image is not None:
-        img = np.asarray(image)
-        if img.ndim == 3 and img.shape[0] in (1, 3):
-            img = np.transpose(img, (1, 2, 0))
-        ax.imshow(img.squeeze())
-        ax.imshow(_normalise(scores), cmap="jet", alpha=0.5, vmin=-1, vmax=1)
-    else:
-        ax.imshow(_normalise(scores), cmap="bwr", vmin=-1, vmax=1)
-    ax.axis("off")
+        gray = _as_hwc(image)
+        gray = gray.mean(axis=-1) if gray.ndim == 3 else gray
+        ax.imshow(gray, cmap="gray", vmin=0, vmax=1, alpha=0.55)
+    im = ax.imshow(scores, cmap=cmap, norm=norm, interpolation="nearest")
+    if kind == "image_segmentation":
+        ax.contour(scores > scores.mean(), levels=[0.5], colors="cyan", linewidths=0.8)
+        if mask is not None:
+            ax.contour(np.asarray(mask).squeeze(), levels=[0.5], colors="lime", linewidths=0.8, linestyles="--")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    return im
 
 
 def gallery_ids(cell_dirs: dict[str, Path], wanted: list[str] | None, k: int = 4) -> list[str]:
@@ -110,8 +242,79 @@ def gallery_ids(cell_dirs: dict[str, Path], wanted: list[str] | None, k: int = 4
     return sorted(common or [])[:k]
 
 
+def _task_kind(cell_dirs: dict[str, Path]) -> str:
+    for cdir in cell_dirs.values():
+        path = cdir / "cell.json"
+        if path.is_file():
+            return str(json.loads(path.read_text()).get("settings", {}).get("task", {}).get("kind", ""))
+    return ""
+
+
+_KIND_CAPTION = {
+    "image_segmentation": "cyan: foreground = map > mean (what Table 5 scores); dashed green: ground-truth mask",
+    "image_classification": "map of the predicted class (what the Table 4 'predicted' curves perturb)",
+}
+
+
+def gallery_figure(cell_dirs: dict[str, Path], ids: list[str], title: str, kind: str = ""):
+    """The gallery figure: rows = ``ids``, columns = the input image (when cached) and the methods of
+    ``cell_dirs``, then the row's colour bar."""
+    from matplotlib.cm import ScalarMappable
+
+    plt = _mpl()
+    methods = list(cell_dirs)
+    rows = [{m: read_explanation(explanation_file(cell_dirs[m], sid)) for m in methods} for sid in ids]
+    inputs = [next((a["image"] for a in r.values() if a is not None and a.get("image") is not None), None)
+              for r in rows]
+    lead = 1 if any(img is not None for img in inputs) else 0
+    row_height = 1.3 if kind in ("text_classification", "next_token") else 2.4
+    n_cols = lead + len(methods) + 1
+    fig, axes = plt.subplots(len(ids), n_cols, squeeze=False,
+                             figsize=(2.6 * (n_cols - 1) + 0.6, row_height * len(ids) + 0.5),
+                             gridspec_kw={"width_ratios": [1.0] * (n_cols - 1) + [0.06]})
+    token_rows = []  # drawn once the layout is final (their widths are measured in points)
+    for i, (sid, arrays) in enumerate(zip(ids, rows)):
+        scores = {m: normalise(a["scores"]) for m, a in arrays.items() if a is not None and "scores" in a}
+        sequence = any(np.ndim(s) == 1 for s in scores.values())
+        cmap, norm = map_style(list(scores.values()), over_image=inputs[i] is not None and not sequence)
+        if lead:
+            ax = axes[i][0]
+            if inputs[i] is not None:
+                ax.imshow(_as_hwc(inputs[i]), interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title("input", fontsize=8)
+        for j, method in enumerate(methods):
+            ax = axes[i][lead + j]
+            if method not in scores:
+                ax.text(0.5, 0.5, "not cached", ha="center", fontsize=7)
+                ax.axis("off")
+            elif np.ndim(scores[method]) == 1:  # a sequence: token heatmap (positions when no token strings)
+                tokens = arrays[method].get("tokens", np.arange(len(scores[method])).astype(str))
+                ax.axis("off")
+                token_rows.append((ax, tokens, scores[method], cmap, norm))
+            else:
+                _draw_map(ax, arrays[method].get("image"), scores[method], cmap, norm, kind,
+                          arrays[method].get("mask"))
+            if i == 0:
+                ax.set_title(method, fontsize=8)
+        axes[i][0].text(-0.04, 0.5, sid, transform=axes[i][0].transAxes, rotation=90, ha="right", va="center",
+                        fontsize=6)
+        axes[i][-1].set_label("<colorbar>")
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), cax=axes[i][-1])
+        bar.set_label("relevance / max |relevance|", fontsize=6)
+        bar.ax.tick_params(labelsize=6)
+    caption = _KIND_CAPTION.get(kind, "")
+    fig.suptitle(title + (f"\n{caption}" if caption else ""), fontsize=8)
+    fig.tight_layout()
+    for args in token_rows:
+        _draw_tokens(*args)
+    return fig
+
+
 def plot_gallery(run_dir: Path, model: str, task: str, out_dir: Path, wanted: list[str] | None = None) -> Path | None:
-    """Grid of cached explanations (sample ids x methods) of one (model, task) of a run; None if none cached."""
+    """Write the gallery of one (model, task) of a run; None if nothing is cached."""
     plt = _mpl()
     cell_root = Path(run_dir) / "cells" / model / task
     cell_dirs = {p.name: p for p in sorted(cell_root.iterdir()) if (p / "explanations").is_dir()} \
@@ -121,28 +324,14 @@ def plot_gallery(run_dir: Path, model: str, task: str, out_dir: Path, wanted: li
     ids = gallery_ids(cell_dirs, wanted)
     if not ids:
         return None
-    methods = list(cell_dirs)
-    fig, axes = plt.subplots(len(ids), len(methods), figsize=(3.0 * len(methods), 2.4 * len(ids)), squeeze=False)
-    for i, sid in enumerate(ids):
-        for j, method in enumerate(methods):
-            ax = axes[i][j]
-            arrays = read_explanation(explanation_file(cell_dirs[method], sid))
-            if arrays is None or "scores" not in arrays:
-                ax.text(0.5, 0.5, "not cached", ha="center", fontsize=7)
-                ax.axis("off")
-            elif np.ndim(arrays["scores"]) == 1:  # a sequence: token heatmap (positions when no token strings)
-                tokens = arrays.get("tokens", np.arange(len(arrays["scores"])).astype(str))
-                _draw_tokens(ax, tokens, arrays["scores"], plt)
-            else:
-                _draw_map(ax, arrays.get("image"), arrays["scores"])
-            if i == 0:
-                ax.set_title(method, fontsize=8)
-            if j == 0:
-                ax.text(-0.02, 0.5, sid, transform=ax.transAxes, rotation=90, ha="right", va="center", fontsize=6)
-    fig.tight_layout()
+    fig = gallery_figure(cell_dirs, ids, f"{model} / {task}", _task_kind(cell_dirs))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"gallery_{_slug(Path(run_dir).name, model, task)}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+__all__ = ["plot_curves", "curve_figure", "plot_gallery", "gallery_figure", "gallery_ids", "mean_band", "map_style",
+           "normalise", "table_metric_of"]

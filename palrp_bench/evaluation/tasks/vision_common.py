@@ -113,6 +113,8 @@ class VisionAdapter:
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
                 item.update(semantic=rel.semantic[i].float().numpy(), positional=rel.positional[i].float().numpy(),
                             image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy())
+                if samples[i].mask is not None:  # the segmentation gallery outlines it
+                    item["mask"] = np.asarray(samples[i].mask, dtype=np.uint8)
                 arrays.append(item)
         if with_target:
             if have({"scores_target"}):
