@@ -138,10 +138,8 @@ def _read_loc_csv(path: Path) -> dict[str, str]:
 
 def _read_devkit_meta(path: Path) -> dict[int, str]:
     """Devkit ``meta.mat`` -> {ILSVRC2012_ID: wnid} for the 1000 leaf classes (IDs 1..1000)."""
-    try:
-        from scipy.io import loadmat
-    except ImportError as exc:  # pragma: no cover - scipy comes with the dev extras
-        raise MissingDataError(f"reading {path} needs scipy", "pip install scipy, or use the ImageFolder layout") from exc
+    from scipy.io import loadmat  # scipy is a core dependency
+
     try:
         synsets = loadmat(str(path), squeeze_me=True)["synsets"]
         id_to_wnid = {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in np.atleast_1d(synsets)}
