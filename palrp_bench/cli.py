@@ -12,13 +12,15 @@
 A user mistake (unknown name, missing data, a GPU that is not there, a shard index out of range, ...) stops the
 command with ONE line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2; results already stored stay.
 Typos in keys and wrong value types are caught by the structured-config schema
-(:mod:`palrp_bench.schema`) before anything runs.
+(:mod:`palrp_bench.schema`) before anything runs. Logs go to stderr and ``<run_dir>/logs/``; stdout carries only the
+result tables.
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -30,6 +32,15 @@ from .schema import register_schemas
 #: command-line groups checked before Hydra sees them, so an unknown option gives a one-line message
 _CHECKED_GROUPS = ("model", "task", "method", "metric", "experiment")
 EXIT_USER_ERROR = 2
+
+
+class RunLogFileHandler(logging.FileHandler):
+    """The run's log file (``<run_dir>/logs/palrp-bench.log``, configured in ``configs/config.yaml``); creates the
+    folder, which does not exist yet when Hydra configures logging."""
+
+    def __init__(self, filename, mode: str = "a", encoding=None, delay: bool = False):
+        Path(filename).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(filename, mode, encoding, delay)
 
 
 def fail(err: PalrpError) -> None:

@@ -93,8 +93,11 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
     try:
-        reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
-                           log_every=int(cfg.runner.log_every))
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():  # log lines above the one progress bar, never through it (both on stderr)
+            reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
+                               log_every=int(cfg.runner.log_every))
     except PalrpError:
         # a user error stops the run, but what finished before it stays usable: merge it, then report the error
         if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
@@ -108,5 +111,5 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     summary = summary_text(pd.read_csv(merged.metrics_csv, dtype={"variant": str}), float(cfg.report.confidence))
     print(summary, file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
-          f"relevance); table numbers: {merged.metrics_csv}; manifest: {merged.manifest}", file=out)
+          f"relevance); table numbers: {merged.metrics_csv} (and metrics.json); manifest: {merged.manifest}", file=out)
     return RunOutcome(run_dir, cells, jobs, reports, merged, summary)

@@ -79,15 +79,36 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return keys
 
 
-class _Progress:
-    """A tqdm bar (samples done, rate, ETA) or, in quiet mode, a log line every ``log_every`` samples."""
+class RunProgress:
+    """One progress display for every job of an invocation: a tqdm bar on stderr (samples done of the estimated
+    total, samples/s, ETA) or, with ``runner.quiet``, a log line every ``log_every`` samples.
 
-    def __init__(self, job: Job, total: int, quiet: bool, log_every: int, position: int):
-        self.quiet, self.log_every, self.total, self.done = quiet, max(1, log_every), total, 0
-        self.name = job.name
+    A job knows how many samples it computes only once it has selected them, so the total grows as jobs start;
+    jobs not started yet count with the mean of the started ones, which keeps the ETA about the whole invocation.
+    """
+
+    def __init__(self, n_jobs: int, quiet: bool = False, log_every: int = 50):
+        self.n_jobs, self.quiet, self.log_every = max(1, n_jobs), quiet, max(1, log_every)
+        self.started, self.known, self.done = 0, 0, 0
+        self.logged = (0, 0)
         self.t0 = time.monotonic()
-        self.bar = None if quiet else tqdm(total=total, desc=job.name, unit="sample", position=position,
-                                           leave=True, dynamic_ncols=True)
+        self.bar = None if quiet else tqdm(total=0, unit="sample", dynamic_ncols=True, leave=True,
+                                           desc=f"0/{self.n_jobs} jobs")
+
+    @property
+    def total(self) -> int:
+        pending = self.n_jobs - self.started
+        return self.known + (round(self.known / self.started * pending) if self.started else 0)
+
+    def start_job(self, name: str, n_samples: int) -> None:
+        self.started = min(self.started + 1, self.n_jobs)
+        self.known += n_samples
+        if self.bar is not None:
+            self.bar.total = max(self.total, self.done)
+            self.bar.set_description(f"job {self.started}/{self.n_jobs} {name}", refresh=False)
+            self.bar.refresh()
+        else:
+            log.info("job %d/%d %s: %d sample(s) to compute", self.started, self.n_jobs, name, n_samples)
 
     def update(self, n: int) -> None:
         before = self.done
@@ -95,13 +116,19 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(n)
         elif self.done // self.log_every != before // self.log_every or self.done == self.total:
-            rate = self.done / max(time.monotonic() - self.t0, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            log.info("%s: %d/%d samples (%.2f/s, ETA %.0fs)", self.name, self.done, self.total, rate, eta)
+            self._log_rate()
+
+    def _log_rate(self) -> None:
+        rate = self.done / max(time.monotonic() - self.t0, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        log.info("%d/%d samples (%.2f/s, ETA %.0fs)", self.done, self.total, rate, eta)
+        self.logged = (self.done, self.total)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+        elif self.done and self.logged != (self.done, self.total):  # the final count, once
+            self._log_rate()
 
 
 def _reset_peak_memory(device: str) -> None:
@@ -135,9 +162,10 @@ def seed_everything(seed: int) -> None:
 
 
 def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet: bool = False,
-            log_every: int = 50, position: int = 0) -> JobReport:
+            log_every: int = 50, progress: RunProgress | None = None) -> JobReport:
     """Execute one job; returns what it did. User errors propagate as :class:`~palrp_bench.errors.PalrpError`
-    after the status file records them (stored samples are never lost)."""
+    after the status file records them (stored samples are never lost). ``progress``: the invocation's progress
+    display (None: one of this job alone, shown with ``quiet`` / ``log_every``)."""
     run_dir = Path(run_dir)
     t0 = time.monotonic()
     report = JobReport(job.name, "running", device)
@@ -180,7 +208,10 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         if report.n_skipped:
             log.info("%s: %d of %d samples already stored, computing %d", job.name, report.n_skipped, len(mine),
                      n_todo)
-        progress = _Progress(job, n_todo, quiet, log_every, position)
+        own_progress = progress is None
+        if own_progress:
+            progress = RunProgress(1, quiet, log_every)
+        progress.start_job(job.name, n_todo)
         mark = time.monotonic()
         _reset_peak_memory(device)
         sizer = BatchSizer(job.batch_size, device, job.cell)
@@ -216,7 +247,8 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
                         timing["evaluate_s"] = round(time.monotonic() - mark, 3)
             report.batch_size = sizer.size
         finally:
-            progress.close()
+            if own_progress:
+                progress.close()
             status["peak_device_bytes"] = _peak_memory(device)
         report.status = "done"
     except BaseException as err:

@@ -4,7 +4,8 @@ With a single device the jobs run in this process. With several (``runner.device
 to exercise the path without GPUs) one ``spawn``-ed process per device pulls jobs from a shared queue until it
 is empty, so a slow cell does not hold the others back. A worker pins itself with ``torch.cuda.set_device``
 before loading anything and loads each model once for consecutive jobs. Results go straight to the shard
-stores, so the parent only collects reports; the first failure is re-raised as one line.
+stores, so the parent only collects reports and progress; the first failure is re-raised as one line. Either way
+one progress display (:class:`~palrp_bench.runner.execute.RunProgress`) covers every job of the invocation.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..errors import BadInputError, MissingDataError, PalrpError, UnsupportedModelError
 from .bundles import BundleCache
-from .execute import JobReport, run_job
+from .execute import JobReport, RunProgress, run_job
 from .plan import Job
 
 log = logging.getLogger("palrp_bench.runner")
@@ -35,7 +36,27 @@ def run_jobs_in_process(jobs: list[Job], run_dir: Path, device: str, *, quiet: b
     """Run every job sequentially on ``device`` in this process."""
     _pin(device)
     bundles = BundleCache()
-    return [run_job(job, run_dir, device, bundles, quiet=quiet, log_every=log_every) for job in jobs]
+    progress = RunProgress(len(jobs), quiet, log_every)
+    try:
+        return [run_job(job, run_dir, device, bundles, quiet=quiet, progress=progress) for job in jobs]
+    finally:
+        progress.close()
+
+
+class _QueueProgress:
+    """A worker's side of the invocation's progress display: forwards job starts and sample counts to the parent."""
+
+    def __init__(self, results: "mp.Queue", index: int):
+        self.results, self.index = results, index
+
+    def start_job(self, name: str, n_samples: int) -> None:
+        self.results.put(("start", self.index, name, n_samples))
+
+    def update(self, n: int) -> None:
+        self.results.put(("progress", self.index, n, None))
+
+    def close(self) -> None:
+        pass
 
 
 def _setup_worker_logging(run_dir: Path, index: int) -> None:
@@ -47,8 +68,7 @@ def _setup_worker_logging(run_dir: Path, index: int) -> None:
     root.addHandler(handler)
 
 
-def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", results: "mp.Queue", quiet: bool,
-                 log_every: int) -> None:
+def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", results: "mp.Queue") -> None:
     """Entry point of a worker process (must stay importable for ``spawn``)."""
     run_path = Path(run_dir)
     _setup_worker_logging(run_path, index)
@@ -64,7 +84,8 @@ def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", result
         except queue.Empty:
             break
         try:
-            report = run_job(job, run_path, device, bundles, quiet=quiet, log_every=log_every, position=index)
+            # quiet: a worker draws no bar of its own (its selection included); the parent shows the one bar
+            report = run_job(job, run_path, device, bundles, quiet=True, progress=_QueueProgress(results, index))
             results.put(("ok", index, report, None))
         except PalrpError as err:
             results.put(("error", index, type(err).__name__, str(err)))
@@ -85,13 +106,14 @@ def run_jobs_on_workers(jobs: list[Job], run_dir: Path, devices: tuple[str, ...]
         job_queue.put(job)
     result_queue = ctx.Queue()
     procs = [ctx.Process(target=_worker_main, name=f"palrp-worker-{i}",
-                         args=(i, dev, str(run_dir), job_queue, result_queue, quiet, log_every))
+                         args=(i, dev, str(run_dir), job_queue, result_queue))
              for i, dev in enumerate(devices)]
     for p in procs:
         p.start()
     reports: list[JobReport] = []
     errors: list[tuple[str, str]] = []
     running = len(procs)
+    progress = RunProgress(len(jobs), quiet, log_every)
     try:
         while running:
             try:
@@ -103,7 +125,11 @@ def run_jobs_on_workers(jobs: list[Job], run_dir: Path, devices: tuple[str, ...]
                     errors.append(("RuntimeError", f"worker {dead[0].name} died with exit code {dead[0].exitcode}"))
                     break
                 continue
-            if kind == "ok":
+            if kind == "progress":
+                progress.update(payload)
+            elif kind == "start":
+                progress.start_job(payload, message)
+            elif kind == "ok":
                 reports.append(payload)
             else:
                 running -= 1
@@ -114,6 +140,7 @@ def run_jobs_on_workers(jobs: list[Job], run_dir: Path, devices: tuple[str, ...]
             p.terminate()
         raise
     finally:
+        progress.close()
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():

@@ -29,10 +29,13 @@ def test_valid_overrides_pass_the_check():
 
 
 def _one_line_error(done, code=2):
+    """The error is one line, the last one on stderr, with no traceback. Before a run starts it is all stderr holds;
+    once jobs run, the log lines and the progress bar (also on stderr) come before it."""
     assert done.returncode == code, (done.returncode, done.stderr[-1500:])
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("palrp-bench: error: "), done.stderr
-    return lines[0]
+    errors = [line for line in lines if line.startswith("palrp-bench: error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0] and "Traceback" not in done.stderr, done.stderr
+    return errors[0]
 
 
 def test_unknown_model_exits_2_with_one_line(tmp_path):
@@ -78,7 +81,7 @@ def test_multirun_sweep_shares_one_run_dir_then_report(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     df = read_results(run_dir)
     assert set(df.method) == {"attnlrp", "pa_lrp"} and df.sample_id.nunique() == 8
-    assert (run_dir / "jobs/0/palrp-bench.log").exists() and (run_dir / "manifest.json").exists()
+    assert (run_dir / "logs/palrp-bench.log").exists() and (run_dir / "manifest.json").exists()
     assert re.search(r"\| pa_lrp\s+\| 8\s+\| 0\s+\|", done.stdout)  # the readable summary table
     report = run_cli("mode=report", f"run_dir={run_dir}", "report.n_boot=200", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]

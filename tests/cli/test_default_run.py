@@ -25,6 +25,8 @@ def test_no_arguments_runs_the_embedded_default(tmp_path):
     for title in ("tiny_llama_cls / synthetic_sentiment", "tiny_llama_causal / synthetic_mcqa",
                   "tiny_vit / synthetic_shapes ", "tiny_vit / synthetic_shapes_seg"):
         assert title in done.stdout
-    assert re.search(r"\| pa_lrp\s+\| 20\s+\| 0\s+\|", done.stdout)
-    assert (run_dir / "manifest.json").exists() and (run_dir / "palrp-bench.log").exists()
+    assert re.search(r"\| pa_lrp\s+\| 20\s+\| 0\s+\| \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\]", done.stdout)
+    assert "[INFO]" not in done.stdout  # logs go to stderr and the run's log file
+    for name in ("manifest.json", "metrics.csv", "metrics.json", "logs/palrp-bench.log"):
+        assert (run_dir / name).exists(), name
     print(f"embedded default: {seconds:.1f} s")  # < 25 s on an idle 2-core machine (measured)
