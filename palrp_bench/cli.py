@@ -8,15 +8,18 @@
     palrp-bench experiment=table1                           # a paper table
     palrp-bench -m experiment=selftest hydra/launcher=submitit_slurm runner.n_shards=4 runner.shard=0,1,2,3
     palrp-bench mode=report run_dir=runs/<stamp>
+    palrp-bench --help | --version
 
-A user mistake (unknown name, missing data, a GPU that is not there, a shard index out of range, ...) stops the
-command with ONE line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2; results already stored stay.
-Typos in keys and wrong value types are caught by the structured-config schema
-(:mod:`palrp_bench.schema`) before anything runs. Logs go to stderr and ``<run_dir>/logs/``; stdout carries only the
-result tables.
+A user mistake (unknown name, a key the schema does not have, a value of the wrong type or outside an option's
+allowed values, missing data, a GPU that is not there, a shard index out of range, ...) stops the command with ONE
+line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2; results already stored stay. The command line is
+read with Hydra's own override parser and checked against the structured-config schema
+(:mod:`palrp_bench.schema`) before Hydra composes anything. ``-m`` / ``--multirun`` may stand anywhere.
+Logs go to stderr and ``<run_dir>/logs/``; stdout carries only the result tables.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import sys
@@ -32,6 +35,9 @@ from .schema import register_schemas
 #: command-line groups checked before Hydra sees them, so an unknown option gives a one-line message
 _CHECKED_GROUPS = ("model", "task", "method", "metric", "experiment")
 EXIT_USER_ERROR = 2
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+#: strings OmegaConf reads as booleans
+_BOOLEAN_STRINGS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}
 
 
 class RunLogFileHandler(logging.FileHandler):
@@ -69,8 +75,9 @@ def _unwrap_optional(tp):
     return args[0] if typing.get_origin(tp) is typing.Union and len(args) == 1 else tp
 
 
-def check_key(key: str) -> None:
-    """Reject an override of a key the schema does not have (``runner.batchsize``), listing the valid keys."""
+def check_key(key: str):
+    """Reject an override of a key the schema does not have (``runner.batchsize``), listing the valid keys; returns
+    the key's type when it is a leaf the schema types (``Protocol``, ``int``, ...), else None."""
     import dataclasses
     import typing
 
@@ -87,38 +94,125 @@ def check_key(key: str) -> None:
         tp = _unwrap_optional(fields[part])
         if dataclasses.is_dataclass(tp):
             node = tp
-        elif typing.get_origin(tp) in (dict, typing.Dict) or tp is typing.Any:
-            return  # free-form below this key (task.options)
+        elif typing.get_origin(tp) in (dict, typing.Dict, list, typing.List) or tp is typing.Any:
+            return None  # free-form or a list below this key (task.options, runner.devices)
         else:
-            return  # a leaf: anything deeper is Hydra's to reject (it names the key)
+            return tp if len(path) == len(key.split(".")) else None  # deeper than a leaf: Hydra names the key
+    return None
+
+
+def check_value(key: str, tp, value) -> None:
+    """Reject a value the schema type of ``key`` cannot take, naming the allowed values (enums) or the type.
+    ``value`` is what Hydra's override parser made of the text (str, int, float, bool, None, ...)."""
+    if value is None or (isinstance(value, str) and ("${" in value or value == "null")):
+        return
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = [m.name for m in tp]
+        if str(value) not in allowed:
+            raise BadInputError(f"{key}: {str(value)!r} is not an allowed value",
+                                f"use one of: {', '.join(allowed)}")
+    elif tp is bool:
+        if not isinstance(value, bool) and str(value).lower() not in _BOOLEAN_STRINGS:
+            raise BadInputError(f"{key}: {str(value)!r} is not a boolean", f"use {key}=true or {key}=false")
+    elif tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise BadInputError(f"{key}: {str(value)!r} is not an integer", f"give {key} a whole number, e.g. {key}=8")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInputError(f"{key}: {str(value)!r} is not a number", f"give {key} a number, e.g. {key}=0.95")
+
+
+def _values(override) -> list:
+    """The values an override sets: one, or each value of a ``a,b`` / ``choice(a,b)`` sweep; ``[]`` for range and
+    interval sweeps (Hydra generates those values)."""
+    from hydra.core.override_parser.types import QuotedString, ValueType
+
+    if not override.is_sweep_override():
+        return [override.value()]
+    if override.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP):
+        return [v.text if isinstance(v, QuotedString) else v for v in override.sweep_iterator()]
+    return []  # glob, range and interval sweeps: Hydra generates the values
 
 
 def check_overrides(argv: list[str]) -> None:
-    """One-line errors for the common command-line mistakes, before Hydra composes anything:
+    """One-line errors for the common command-line mistakes, before Hydra composes anything. Overrides are read
+    with Hydra's own parser (``hydra.core.override_parser``), so sweeps (``method=a,b``, ``choice(...)``) and
+    quoting work as in Hydra:
 
-    * an unknown option of a config group (``model=llama9``; comma sweeps ``method=a,b`` are checked too);
+    * an override Hydra cannot parse;
+    * an unknown option of a config group (``model=llama9``; every value of a sweep is checked);
     * an unknown key (``runner.batchsize=4``), with the valid keys of that level;
-    * a key inside a group that is not selected (``task.path=...`` without ``task=...``).
+    * a key inside a group that is not selected (``task.path=...`` without ``task=...``);
+    * a value outside an option's allowed values (``protocol=corected``) or of the wrong type
+      (``runner.batch_size=abc``), naming the allowed values or the type.
 
-    Wrong value types and enum values are left to the schema (Hydra's message names the key and the allowed
-    values); ``hydra.*`` / ``hydra/...`` overrides and other sweep syntaxes are left to Hydra."""
-    overrides = [arg.split("=", 1) for arg in argv if "=" in arg and not arg.startswith("-")]
-    chosen = {key.lstrip("+~") for key, value in overrides if value not in ("", "null")}
-    for key, value in overrides:
-        key = key.lstrip("+~")
-        if key.startswith("hydra") or "/" in key or "@" in key:
+    ``hydra.*`` / ``hydra/...`` overrides are left to Hydra; arguments without ``=`` are flags or flag values."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            overrides.append(parser.parse_override(arg))
+        except HydraException as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else "syntax error"
+            raise BadInputError(f"cannot read the override {arg!r}: {reason}",
+                                "write key=value (quote values with spaces or special characters)") from None
+    chosen = {o.key_or_group for o in overrides if not o.is_delete() and o.value() not in ("", None)}
+    for o in overrides:
+        key = o.key_or_group
+        if o.is_hydra_override() or key.startswith("hydra") or "/" in key or o.package is not None or o.is_delete():
             continue
         group = key.split(".", 1)[0]
         if "." in key and group in _CHECKED_GROUPS and group != "experiment" and group not in chosen:
             raise BadInputError(f"{key} is set but no {group} is selected",
                                 f"add {group}=<name> so the override has a {group} to apply to")
         if key in _CHECKED_GROUPS:
-            if value in ("", "null") or "(" in value or "*" in value:
-                continue
-            for name in value.split(","):
-                catalog.check_name(key, name.strip())
-        else:
-            check_key(key)
+            for name in _values(o):
+                if name not in ("", None) and isinstance(name, (str, int, float)):
+                    catalog.check_name(key, str(name).strip())
+            continue
+        tp = check_key(key)
+        if tp is not None:
+            for value in _values(o):
+                check_value(key, tp, value)
+
+
+def _checkout_commit() -> str | None:
+    """The git commit of the source checkout this package runs from (None for an installed copy, even one whose
+    site-packages lies inside some other git repository)."""
+    from .runner.manifest import git_state
+
+    root = Path(__file__).resolve().parent.parent
+    if not ((root / ".git").exists() and (root / "pyproject.toml").is_file()):
+        return None
+    state = git_state(root)
+    if state["commit"] is None:
+        return None
+    return state["commit"][:12] + (" with uncommitted changes" if state["dirty"] else "")
+
+
+def version_text() -> str:
+    """``palrp-bench <version>`` (of the installed distribution) plus the git commit when running from a
+    checkout."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("palrp-bench")
+    except metadata.PackageNotFoundError:
+        version = "(not installed)"
+    commit = _checkout_commit()
+    return f"palrp-bench {version}" + (f" (git {commit})" if commit else "")
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """``-m`` / ``--multirun`` moved to the front: Hydra's argument parser accepts it only before the overrides."""
+    multirun = [a for a in argv if a in _MULTIRUN_FLAGS]
+    rest = [a for a in argv if a not in _MULTIRUN_FLAGS]
+    return (["--multirun"] if multirun else []) + rest
 
 
 register_schemas()
@@ -137,10 +231,15 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Console-script entry point ``palrp-bench``."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    argv = normalise_argv(sys.argv[1:])
+    if "--version" in argv:
+        print(version_text())
+        return
     try:
-        check_overrides(sys.argv[1:])
+        check_overrides(argv)
     except BadInputError as err:
         fail(err)
+    sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 
 

@@ -44,14 +44,56 @@ def test_unknown_model_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_wrong_type_fails_at_startup_naming_the_key(tmp_path):
-    done = run_cli("runner.forward_batch_size=abc", cwd=tmp_path)
-    assert done.returncode != 0
-    assert "runner.forward_batch_size" in done.stderr and "could not be converted to Integer" in done.stderr
+@pytest.mark.parametrize("args,match", [
+    (["protocol=corected"], "protocol: 'corected' is not an allowed value -- use one of: official, corrected"),
+    (["-m", "protocol=official,corected"], "protocol: 'corected' is not an allowed value"),
+    (["runner.forward_batch_size=abc"], "runner.forward_batch_size: 'abc' is not an integer"),
+    (["model=llama3_8b", "model.dtype=bf16"], "model.dtype: 'bf16' is not an allowed value -- use one of: float32"),
+    (["runner.quiet=maybe"], "runner.quiet: 'maybe' is not a boolean -- use runner.quiet=true or runner.quiet=false"),
+    (["aggregation=eq12"], "aggregation: 'eq12' is not an allowed value -- use one of: official, eq11"),
+])
+def test_mistyped_values_are_one_line_naming_the_allowed_values(tmp_path, args, match):
+    with pytest.raises(BadInputError, match=re.escape(match)):
+        check_overrides(args)
+    done = run_cli(*args, cwd=tmp_path)
+    line = _one_line_error(done)
+    assert match in line and len(done.stderr.strip().splitlines()) == 1  # caught before Hydra: nothing else
+
+
+def test_multirun_flag_works_anywhere(tmp_path):
+    for argv in (["mode=plan", "experiment=selftest", "method=attnlrp,pa_lrp", "-m"],
+                 ["mode=plan", "-m", "experiment=selftest", "method=attnlrp,pa_lrp"]):
+        done = run_cli(*argv, f"run_dir={tmp_path / 'plan'}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("1 job(s):") == 2, done.stdout  # one plan per swept method
+
+
+def test_help_starts_with_what_the_tool_does_and_three_examples(tmp_path):
+    done = run_cli("--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith("palrp-bench: a benchmark harness for the faithfulness of attribution methods")
+    head = text[:text.index("== Configuration groups ==")]
+    examples = [line for line in head[head.index("Examples:"):].splitlines()[1:] if line.strip().startswith("palrp")]
+    assert len(examples) == 3 and "experiment: " in text[text.index("== Configuration groups =="):]
+
+
+def test_version_is_ours_with_the_git_commit(tmp_path):
+    import subprocess
+    from importlib import metadata
+
+    from runner.harness import REPO
+
+    done = run_cli("--version", cwd=tmp_path)
+    assert done.returncode == 0 and "Hydra" not in done.stdout
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    expected = f"palrp-bench {metadata.version('palrp-bench')}" + (f" (git {head[:12]}" if head else "")
+    assert done.stdout.startswith(expected)  # the commit only when running from a checkout
+
+
+def test_batch_size_takes_an_integer_or_auto(tmp_path):
     line = _one_line_error(run_cli("runner.batch_size=abc", cwd=tmp_path))  # an int or "auto"
     assert "runner.batch_size must be a positive integer or 'auto', got 'abc'" in line
-    done = run_cli("protocol=offical", cwd=tmp_path)
-    assert done.returncode != 0 and "expected one of [official, corrected]" in done.stderr
 
 
 def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):

@@ -30,7 +30,7 @@ def test_the_total_grows_with_the_jobs_and_estimates_the_ones_not_started(caplog
 def test_stdout_has_the_tables_only_and_logs_go_to_stderr_and_the_run_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("TQDM_DISABLE", raising=False)  # set by in-process runs with runner.quiet=true
     run_dir = tmp_path / "r"
-    done = run_cli("-m", "experiment=selftest", "task=selftest", "task.options.n=6", "method=attnlrp,pa_lrp",
+    done = run_cli("experiment=selftest", "task=selftest", "task.options.n=6", "method=attnlrp,pa_lrp", "-m",
                    f"run_dir={run_dir}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[INFO]" not in done.stdout and "[HYDRA]" not in done.stdout and "sample/s" not in done.stdout
