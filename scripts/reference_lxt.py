@@ -9,9 +9,9 @@ main venv (tests/methods/test_lxt_agreement.py); this script only produces the s
 Run it ONLY with the separate lxt virtualenv: lxt 2.1 needs transformers 4.5x and patches ``modeling_llama``
 process-wide, so it can never be a dependency of palrp_bench (docs/reference_lxt.md)::
 
-    python3 -m venv /work/lxt-venv
-    /work/lxt-venv/bin/pip install -r scripts/reference_lxt_requirements.txt
-    /work/lxt-venv/bin/python scripts/reference_lxt.py
+    python3 -m venv ../lxt-venv                          # anywhere outside the project
+    ../lxt-venv/bin/pip install -r scripts/reference_lxt_requirements.txt
+    ../lxt-venv/bin/python scripts/reference_lxt.py
 
 Every phase below runs in its own fresh subprocess (lxt's patches cannot be undone), for both fixture models
 (``llama_causal``, ``llama_cls``), dtypes float32/float64 and Hugging Face attention implementations eager/sdpa,
@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
         import lxt.efficient  # noqa: F401
     except ImportError as err:
         fail(f"cannot import lxt ({err})", "run this script with the separate lxt venv: "
-             "/work/lxt-venv/bin/python scripts/reference_lxt.py (docs/reference_lxt.md)")
+             "../lxt-venv/bin/python scripts/reference_lxt.py (docs/reference_lxt.md)")
     torch.set_num_threads(min(2, torch.get_num_threads()))
     if args.suite == "families":
         args.out = args.out or FAMILY_OUT

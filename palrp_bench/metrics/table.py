@@ -133,7 +133,9 @@ def confidence_interval(samples: MetricSamples, confidence: float = 0.95, n_resa
                         seed: int = 0) -> tuple[float, float, str]:
     """``(low, high, note)`` of the BCa bootstrap interval of ``samples.value()`` (``scipy.stats.bootstrap``; all
     components of a sample are resampled together). Samples that are all equal give the value as a zero-width
-    interval with a note (BCa is undefined there); fewer than 2 samples give NaN with a note."""
+    interval with a note (BCa is undefined there); fewer than 2 samples give NaN with a note, and so does an interval
+    that does not contain the estimate (an unstable statistic, e.g. a share whose denominator changes sign across
+    resamples, where no bootstrap interval means anything)."""
     from scipy import stats
 
     _, comps = samples.retained()
@@ -157,6 +159,10 @@ def confidence_interval(samples: MetricSamples, confidence: float = 0.95, n_resa
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     if not (np.isfinite(low) and np.isfinite(high)):
         return float("nan"), float("nan"), "degenerate bootstrap distribution: no interval"
+    if not low <= samples.value() <= high:
+        # an unstable statistic (a ratio whose denominator changes sign across resamples): BCa's bias correction
+        # then pushes the whole interval past the estimate, and no bootstrap interval means anything
+        return float("nan"), float("nan"), "unstable statistic (the BCa interval excluded the estimate): no interval"
     return low, high, ""
 
 

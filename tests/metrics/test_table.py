@@ -163,3 +163,15 @@ def test_segmentation_pooling_equals_the_official_metrics():
     assert got[("pixel_accuracy", v)].value() == pytest.approx(100 * block["pixAcc"])
     assert got[("miou", v)].value() == pytest.approx(100 * block["mIoU"])
     assert got[("map", v)].value() == pytest.approx(100 * block["mAP"])
+
+
+def test_an_interval_that_excludes_its_estimate_is_reported_as_no_interval():
+    """A positional share whose denominator S + P crosses zero across samples: BCa can exclude the estimate."""
+    rng = np.random.default_rng(1)  # measured: BCa gives [4327, 30369] around an estimate of 1252
+    s_tot = rng.normal(0.0, 1.0, 16)
+    p_tot = rng.normal(0.05, 1.0, 16)
+    rows = [(f"s{i}", name, "all", np.nan, v) for i, (a, b) in enumerate(zip(s_tot, p_tot))
+            for name, v in (("relevance_semantic", a), ("relevance_positional", b))]
+    (row,) = table_metrics(_rows(rows), n_resamples=500).to_dict("records")
+    assert np.isfinite(row["value"]) and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+    assert "unstable statistic" in row["note"]
