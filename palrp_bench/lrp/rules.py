@@ -17,10 +17,17 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 | epsilon-rule denominator ``z+eps``| official stabilisers (opt-in)  | :func:`stabilize`                 |
 
 The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
+
+:func:`attention_hooks` is the one generic window into attention that methods outside LRP need (attention rollout,
+Grad-CAM, AtMan: :mod:`palrp_bench.attributors`): inside the context every :func:`attention` call records its
+weights and/or scales the keys of chosen tokens, without any model twin knowing about it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +42,8 @@ __all__ = [
     "attention",
     "rotate_half",
     "AttentionRecorder",
+    "AttentionHooks",
+    "attention_hooks",
 ]
 
 
@@ -216,6 +225,38 @@ def _grad_or_zero(t: torch.Tensor) -> torch.Tensor:
     return t.grad if t.grad is not None else torch.zeros_like(t)
 
 
+@dataclass(frozen=True)
+class AttentionHooks:
+    """What :func:`attention_hooks` installs for the :func:`attention` calls inside its context.
+
+    * ``recorder``: an :class:`AttentionRecorder` that every call adds its scores and weights to (in call order:
+      one record per layer), unless the caller passes its own ``recorder``. Needs ``implementation="eager"``.
+    * ``key_scale``: ``[B, T]`` factors multiplying the key vector of token ``t`` in sample ``b`` before
+      ``Q K^T`` in every layer, i.e. column ``t`` of the pre-softmax scores ``H = Q K^T`` is multiplied by
+      ``key_scale[b, t]`` (AtMan, Deb et al. 2023; AttnLRP paper appendix A.1.5: ``H~ = H * (1 - p^i)``). Works on
+      the fused and the eager path. All ones changes nothing.
+    """
+
+    recorder: AttentionRecorder | None = None
+    key_scale: torch.Tensor | None = None
+
+
+_HOOKS: ContextVar[AttentionHooks | None] = ContextVar("palrp_attention_hooks", default=None)
+
+
+@contextmanager
+def attention_hooks(*, recorder: AttentionRecorder | None = None,
+                    key_scale: torch.Tensor | None = None) -> Iterator[AttentionHooks]:
+    """Install :class:`AttentionHooks` for every :func:`attention` call made inside the ``with`` block (this thread
+    / task only; nested blocks replace the outer hooks and restore them on exit). Models are never modified."""
+    hooks = AttentionHooks(recorder, key_scale)
+    token = _HOOKS.set(hooks)
+    try:
+        yield hooks
+    finally:
+        _HOOKS.reset(token)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None, causal: bool,
               scale: float, weights_share: float, value_share: float, qk_share: float,
               implementation: str = "sdpa", recorder: AttentionRecorder | None = None, qk_eps: float = 0.0,
@@ -243,6 +284,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     the epsilon rule whenever a causal or padding mask exists), ``av_eps`` on ``A @ V``. The two on the scores need
     them materialised: eager path only (the fused path refuses them when relevance flows through the weights).
     """
+    hooks = _HOOKS.get()
+    if hooks is not None:
+        if hooks.key_scale is not None:
+            if hooks.key_scale.shape != (k.shape[0], k.shape[2]):
+                raise ValueError(f"key_scale has shape {tuple(hooks.key_scale.shape)}, expected "
+                                 f"[batch, tokens] = {(k.shape[0], k.shape[2])}")
+            k = k * hooks.key_scale.to(device=k.device, dtype=k.dtype)[:, None, :, None]
+        if recorder is None and hooks.recorder is not None:
+            if implementation != "eager":
+                raise ValueError("recording attention weights needs implementation='eager'")
+            recorder = hooks.recorder
     n_rep = q.shape[1] // k.shape[1]
     if implementation == "sdpa" and weights_share != 0 and (qk_eps or (mask_eps and (causal or mask is not None))):
         raise ValueError("stabilisers on the attention scores (qk_eps, mask_eps) need implementation='eager'")
