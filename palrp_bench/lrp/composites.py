@@ -12,8 +12,13 @@ forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
   the head and MLP linears (gamma=0.05) and on the patch-embedding conv (gamma=100), epsilon on the attention
   projections, std-constant LayerNorm, identity GELU, only the value path inside attention with half of the
   attention-branch relevance.
-* ``attnlrp_gamma`` -- AttnLRP with the official vision gamma rules on the linears and the patch conv (the AttnLRP
-  authors' own ViT recipe also puts gamma rules on ViT linears and the patch conv to reduce noise).
+* ``attnlrp_gamma`` -- AttnLRP with the official PA-LRP vision gamma values on the linears and the patch conv
+  (gamma 0.05 on the MLP and head linears, gamma 100 on the patch-embedding conv).
+* ``attnlrp_gamma_b4`` / ``cp_lrp_gamma_b4`` -- AttnLRP / CP-LRP with the ViT composite of the AttnLRP paper
+  (Achtibat et al. 2024, appendix B.4 and its Figures 13-16, the rows "AttnLRP (best)" and "gamma CP-LRP (best)"
+  of its Table 5): gamma 0.25 on the patch-embedding convolution, gamma 0.05 on the linear layers outside
+  attention (MLP, head), epsilon on the attention input projections (``qkv``) and output projection. They differ
+  from ``attnlrp_gamma`` only in the convolution's gamma (0.25 instead of 100).
 
 Linear-layer roles (``linear_gamma`` keys) are named by the twins (a ViT has ``patch_embed``, ``qkv``,
 ``attn_out``, ``mlp``, ``head``); a twin refuses a composite naming a role it does not have.
@@ -71,7 +76,15 @@ OFFICIAL_VIT = Composite("official_vit", activation="identity", norm="identity",
 
 ATTNLRP_GAMMA = Composite("attnlrp_gamma", linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})
 
-COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT, ATTNLRP_GAMMA)}
+#: gamma values of the AttnLRP paper's ViT composite (appendix B.4, Figures 13-16): Conv 0.25, Linear 0.05,
+#: LinearInputProjection and LinearOutputProjection epsilon
+GAMMA_B4 = {"head": 0.05, "mlp": 0.05, "patch_embed": 0.25}
+ATTNLRP_GAMMA_B4 = Composite("attnlrp_gamma_b4", linear_gamma=GAMMA_B4)
+CP_LRP_GAMMA_B4 = Composite("cp_lrp_gamma_b4", activation="constant", norm="identity", product="uniform",
+                            attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5, linear_gamma=GAMMA_B4)
+
+COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT, ATTNLRP_GAMMA,
+                                                        ATTNLRP_GAMMA_B4, CP_LRP_GAMMA_B4)}
 
 
 def register_composite(composite: Composite) -> Composite:

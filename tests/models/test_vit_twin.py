@@ -22,7 +22,8 @@ from palrp_bench.models.registry import twin_for
 
 OFFICIAL_VISION = Path(__file__).resolve().parents[1] / "data" / "official" / "vision"
 COMMON = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=5)
-COMPOSITES = ["official_vit", "attnlrp", "attnlrp_gamma", "cp_lrp", "grad_x_input"]
+COMPOSITES = ["official_vit", "attnlrp", "attnlrp_gamma", "cp_lrp", "grad_x_input", "attnlrp_gamma_b4",
+              "cp_lrp_gamma_b4"]
 
 
 def make_vit(kind: str = "plain", dtype=torch.float64, zero_bias: bool = False, seed: int = 0):
