@@ -3,17 +3,20 @@
 It puts the layers together (docs/architecture.md): the method (:mod:`palrp_bench.methods`) says which composite
 and which sinks, the twin (:mod:`palrp_bench.models`) provides the LRP-aware forward,
 :func:`palrp_bench.lrp.attribution.attribute` runs one forward and one backward, and the method's aggregation turns
-semantic and positional relevance into the final scores (docs/protocol.md section 1).
+semantic and positional relevance into the final scores (docs/protocol.md section 1). Methods that are not one LRP
+pass (Integrated Gradients, SmoothGrad, rollout, Grad-CAM, AtMan; docs/baselines.md) go to their attributor in
+:mod:`palrp_bench.attributors` and return the same :class:`~palrp_bench.lrp.explanation.Explanation`.
 """
 from __future__ import annotations
 
 import torch
 
+from .attributors import run_attributor
 from .errors import BadInputError
 from .lrp.attribution import attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
-from .methods.pixel_aggregation import aggregate_pixels
+from .methods.pixel_aggregation import signed_pixel_map
 from .methods.registry import get_method
 from .methods.token_aggregation import aggregate_tokens
 from .models.registry import twin_for
@@ -32,7 +35,8 @@ def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
 
 
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
-            rules=None, protocol="official", correct_sign: bool | None = None, **options) -> Explanation:
+            rules=None, protocol="official", correct_sign: bool | None = None, params: dict | None = None,
+            batch_size: int | None = None, **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
 
     Args:
@@ -43,15 +47,20 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
             for vision transformers.
         attention_mask: ``[B, T]`` (language models; left or right padding).
-        method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``
-            (see :mod:`palrp_bench.methods.registry`).
+        method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``,
+            the AttnLRP paper's ViT composites ``attnlrp_gamma_b4`` | ``cp_lrp_gamma_b4``, or a baseline
+            ``integrated_gradients`` | ``smoothgrad`` | ``attn_rollout`` | ``grad_attn_rollout`` | ``grad_cam`` |
+            ``atman`` (see :mod:`palrp_bench.methods.registry`, docs/baselines.md).
         target: ``None`` explains the arg-max (predicted class / next token after the last non-pad position);
             an int or a ``[B]`` tensor selects another output.
         aggregation: ``official`` (the official code's token aggregation, default) or ``eq11`` (paper Eq. 11).
-        rules: composite name overriding the method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
-            ``official_vit``, ``attnlrp_gamma``).
+        rules: composite name overriding an LRP method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
+            ``official_vit``, ``attnlrp_gamma``, ...); methods that are not one LRP pass ignore it.
         protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
         correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
+        params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
+            ``{"sigma": 0.1}`` for SmoothGrad); an unknown key is an error.
+        batch_size: most rows per forward of multi-pass baselines (IG, SmoothGrad, AtMan); None = all at once.
         options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
             ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; vision: ``attention``).
 
@@ -62,6 +71,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     protocol = check_protocol(protocol)
     m = get_method(method)
     twin = twin_for(model)
+    m.check_modality(twin.modality)
+    resolved = m.resolved_params(params)
+    if not m.is_lrp:
+        return run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
+                              batch_size)
     if not m.positional_abs and not twin.positional.multi_sink:
         raise BadInputError(f"method {m.name!r} ablates per-layer positional sinks, but {type(model).__name__}'s "
                             f"{twin.positional.name} position has a single sink", "use pa_lrp")
@@ -83,9 +97,12 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
                   "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
     else:
-        scores = aggregate_pixels(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
+        signed = signed_pixel_map(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
                                   patch_size=twin.patch_size)
-        extras = parts["extras"]
+        scores = signed.clamp(min=0)
+        extras = {**parts["extras"], "scores_signed": signed}
+    one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
+    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone())
     return Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
                        logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
                        aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)

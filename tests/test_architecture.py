@@ -25,7 +25,9 @@ ALLOWED = {
     "models": {"lrp", "data"},
     "schema": set(),
     "catalog": {"schema"},
-    "api": {"lrp", "methods", "models"},
+    # attributors: the methods that are not one LRP pass (baselines); they drive the twins like api does
+    "attributors": {"lrp", "methods", "models"},
+    "api": {"lrp", "methods", "models", "attributors"},
     "__init__": {"api"},
     "evaluation": {"api", "lrp", "methods", "models", "data", "metrics", "__init__"},
     "report": {"metrics"},

@@ -20,7 +20,7 @@ import torch
 from ..errors import BadInputError
 from .registry import Method
 
-__all__ = ["VISION_AGGREGATIONS", "paint_patches", "check_vision_method", "aggregate_pixels"]
+__all__ = ["VISION_AGGREGATIONS", "paint_patches", "check_vision_method", "signed_pixel_map", "aggregate_pixels"]
 
 #: Aggregations defined for vision transformers.
 VISION_AGGREGATIONS = ("official",)
@@ -57,12 +57,13 @@ def check_vision_method(method: Method, aggregation: str) -> None:
                             "register the method with use_semantic and/or use_positional")
 
 
-def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
+def signed_pixel_map(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
                      patch_size: tuple[int, int]) -> torch.Tensor:
-    """Final ``[B, H, W]`` map of ``method`` from the signed semantic pixel map ``[B, H, W]`` and the signed
-    per-patch positional relevance: ``[B, Hp, Wp]`` for a single sink (learned PE), or ``[B, S, C, Hp, Wp]`` per
-    sink and component for multi-sink kinds (RoPE ViTs), reduced like the token aggregation: ``sum |.|``
-    (multi-sink) or signed (``pa_lrp_no_multisink``) -- module docstring."""
+    """The ``[B, H, W]`` map of ``method`` before the final ReLU, from the signed semantic pixel map ``[B, H, W]`` and
+    the signed per-patch positional relevance: ``[B, Hp, Wp]`` for a single sink (learned PE), or ``[B, S, C, Hp, Wp]``
+    per sink and component for multi-sink kinds (RoPE ViTs), reduced like the token aggregation: ``sum |.|``
+    (multi-sink) or signed (``pa_lrp_no_multisink``) -- module docstring. Protocols that order pixels by signed
+    relevance (the AttnLRP paper's least-relevant-first curves) read this."""
     check_vision_method(method, aggregation)
     if positional.dim() == 5:
         positional = (positional.abs() if method.positional_abs else positional).sum((1, 2))
@@ -71,4 +72,12 @@ def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor
         total = total + semantic
     if method.use_positional:
         total = total + paint_patches(positional, patch_size, tuple(semantic.shape[-2:]))
-    return total.clamp(min=0)
+    return total
+
+
+def aggregate_pixels(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
+                     patch_size: tuple[int, int]) -> torch.Tensor:
+    """Final ``[B, H, W]`` map of ``method`` from the signed semantic pixel map ``[B, H, W]`` and the signed
+    per-patch positional relevance ``[B, Hp, Wp]``: ReLU of :func:`signed_pixel_map` (module docstring)."""
+    return signed_pixel_map(method, aggregation, semantic=semantic, positional=positional,
+                            patch_size=patch_size).clamp(min=0)

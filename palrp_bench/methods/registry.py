@@ -1,14 +1,25 @@
-"""What each table row means (PROTOCOL.md section 1), as data.
+"""What each table row means (PROTOCOL.md section 1; the baselines of docs/baselines.md), as data.
 
-A :class:`Method` says which LRP pass it needs (composite, whether cos/sin or the learned PE are sinks) and
-which parts of the relevance its final scores combine. No method name is ever parsed: new rows are new
-registry entries.
+A :class:`Method` says which attributor computes it. For LRP rows (``attributor="lrp"``, one forward and one
+backward under a composite) it says which LRP pass they need (composite, whether cos/sin or the learned PE are
+sinks) and which parts of the relevance the final scores combine. The other rows name an attributor of
+:mod:`palrp_bench.attributors` (Integrated Gradients, SmoothGrad, attention rollout, Grad-CAM, AtMan) and carry
+its hyperparameters as data: defaults (``params``), the values the AttnLRP paper tuned per dataset
+(``dataset_params``, its Tables 5-7) and, above both, a task's own (``TaskConfig.method_params``). No method name
+is ever parsed: new rows are new registry entries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from ..errors import BadInputError
+
+#: the attributor of LRP rows (one forward + one backward under a composite, :mod:`palrp_bench.lrp.attribution`)
+LRP = "lrp"
+#: input modalities of the model twins (``twin.modality``)
+MODALITIES = ("tokens", "pixels")
 
 
 @dataclass(frozen=True)
@@ -22,6 +33,12 @@ class Method:
     * ``use_semantic`` / ``use_positional``: which parts the final scores combine.
     * ``positional_abs``: per-layer positional terms enter as ``|.|`` (multi-sink, the paper's method) or
       signed (the Table 2 ablation "w/o multi-sink").
+    * ``attributor``: :data:`LRP` or the name of an attributor of :mod:`palrp_bench.attributors`.
+    * ``params``: the attributor's hyperparameters and their defaults (the keys a task may override).
+    * ``dataset_params``: per ``task.dataset`` (``imdb``, ``wikipedia``, ``imagenet``), the values the AttnLRP paper
+      chose for that dataset (the captions of its Tables 5-7), applied before a task's own.
+    * ``modalities``: the twin modalities the method is defined for (``tokens``, ``pixels``).
+    * ``paper_row`` / ``source``: how the papers name the row, and where the method and its values come from.
     """
 
     name: str
@@ -32,12 +49,71 @@ class Method:
     use_positional: bool = False
     positional_abs: bool = True
     paper_row: str | None = None
+    attributor: str = LRP
+    params: Mapping[str, object] = field(default_factory=dict)
+    dataset_params: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    modalities: tuple[str, ...] = MODALITIES
+    source: str = ""
 
+    def __post_init__(self):
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "dataset_params", MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in self.dataset_params.items()}))
+        for dataset, values in self.dataset_params.items():
+            self.resolved_params(values)  # a typo in a registry entry fails at import
+
+    def __hash__(self):  # params is a mapping: hash by name (methods are registered by unique name)
+        return hash(self.name)
+
+    @property
+    def is_lrp(self) -> bool:
+        return self.attributor == LRP
+
+    def task_params(self, dataset: str | None, task_overrides: Mapping[str, object] | None = None) -> dict:
+        """What a task passes to ``explain(params=...)``: the paper's values for ``dataset``, then the task's own."""
+        return {**self.dataset_params.get(dataset or "", {}), **dict(task_overrides or {})}
+
+    def resolved_params(self, overrides: Mapping[str, object] | None = None) -> dict:
+        """The method's hyperparameters with ``overrides`` applied; an unknown key is a one-line error."""
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(self.params))
+        if unknown:
+            known = ", ".join(sorted(self.params)) or "none"
+            raise BadInputError(f"method {self.name!r} has no hyperparameter {', '.join(unknown)}",
+                                f"its hyperparameters are: {known}")
+        return {**self.params, **overrides}
+
+    def passes(self, params: Mapping[str, object] | None = None, n_features: int = 1) -> tuple[int, int]:
+        """Model ``(forwards, backwards)`` one explanation of a sample with ``n_features`` features costs (what
+        ``Explanation.extras["forward_passes"]`` / ``["backward_passes"]`` report; for cost planning)."""
+        p = self.resolved_params(params)
+        return PASSES[self.attributor](p, int(n_features))
+
+    def check_modality(self, modality: str) -> None:
+        """Refuse a model whose twin modality the method is not defined for (one line)."""
+        if modality not in self.modalities:
+            raise BadInputError(f"method {self.name!r} is defined for {' and '.join(self.modalities)} models, not "
+                                f"{modality}", "choose a method that fits the model (see docs/baselines.md)")
+
+
+#: model passes per explained sample by attributor: ``(params, n_features) -> (forwards, backwards)``; AtMan's
+#: features are the tokens it suppresses one at a time (patch tokens of a ViT), plus one unsuppressed reference
+PASSES = {
+    LRP: lambda p, n: (1, 1),
+    "integrated_gradients": lambda p, n: (int(p["n_steps"]), int(p["n_steps"])),
+    "smoothgrad": lambda p, n: (int(p["n_samples"]), int(p["n_samples"])),
+    "attn_rollout": lambda p, n: (1, 0),
+    "grad_attn_rollout": lambda p, n: (1, 1),
+    "grad_cam": lambda p, n: (1, 1),
+    "atman": lambda p, n: (n + 1, 0),
+}
 
 METHODS: dict[str, Method] = {}
 
 
 def register_method(method: Method) -> Method:
+    if method.attributor not in PASSES:
+        raise ValueError(f"method {method.name}: no pass count for attributor {method.attributor!r} in PASSES")
     METHODS[method.name] = method
     return method
 
@@ -52,8 +128,53 @@ register_method(Method("pa_lrp_no_multisink", "PA-LRP ablation: per-layer positi
                        positional_sinks=True, use_semantic=True, use_positional=True, positional_abs=False,
                        paper_row="w/o multi-sink"))
 register_method(Method("grad_x_input", "plain Gradient x Input (baseline; the cost floor)",
-                       composite="grad_x_input"))
-register_method(Method("cp_lrp", "CP-LRP: attention weights and gates constant (baseline)", composite="cp_lrp"))
+                       composite="grad_x_input", paper_row="Input×Gradient"))
+register_method(Method("cp_lrp", "CP-LRP: attention weights and gates constant (baseline)", composite="cp_lrp",
+                       paper_row="CP-LRP (ε-rule)"))
+
+# -- the ViT composites of the AttnLRP paper (appendix B.4): gamma rules with its own values ----------------------
+register_method(Method("attnlrp_gamma_b4", "AttnLRP with the AttnLRP paper's ViT composite (gamma 0.25 conv, 0.05 "
+                       "linears, epsilon attention projections)", composite="attnlrp_gamma_b4",
+                       modalities=("pixels",), paper_row="AttnLRP (best)", source="AttnLRP paper appendix B.4"))
+register_method(Method("cp_lrp_gamma_b4", "CP-LRP with the AttnLRP paper's ViT composite (gamma 0.25 conv, 0.05 "
+                       "linears, epsilon attention projections)", composite="cp_lrp_gamma_b4",
+                       modalities=("pixels",), paper_row="γ CP-LRP (best)", source="AttnLRP paper appendix B.4"))
+
+# -- baselines of the AttnLRP paper (its Table 1, appendix A.1); hyperparameters per task in the task configs -------
+register_method(Method(
+    "integrated_gradients", "Integrated Gradients (Captum) on the input embeddings / pixels, zero baseline",
+    attributor="integrated_gradients", paper_row="IG",
+    params={"n_steps": 50, "method": "gausslegendre", "baseline": 0.0},
+    source="Sundararajan et al. 2017; AttnLRP paper Eq. 21; n_steps and the quadrature: Captum's defaults"))
+register_method(Method(
+    "smoothgrad", "SmoothGrad (Captum NoiseTunnel over the gradient) on the input embeddings / pixels",
+    attributor="smoothgrad", paper_row="SmoothGrad",
+    params={"sigma": 0.05, "n_samples": 50, "times_input": False},
+    dataset_params={"imdb": {"sigma": 0.05}, "wikipedia": {"sigma": 0.1}, "imagenet": {"sigma": 0.01}},
+    source="Smilkov et al. 2017; AttnLRP paper Eq. 22, sigma per dataset from its Tables 5-7"))
+register_method(Method(
+    "attn_rollout", "attention rollout: product of (I + head-mean attention) over layers, outliers discarded",
+    attributor="attn_rollout", paper_row="AttnRoll", params={"discard_threshold": 1.0},
+    dataset_params={"imdb": {"discard_threshold": 1.0}, "wikipedia": {"discard_threshold": 1.0},
+                    "imagenet": {"discard_threshold": 0.99}},
+    source="Abnar and Zuidema 2020; AttnLRP paper Eq. 23 and the discard threshold dt of appendix A.1.4"))
+register_method(Method(
+    "grad_attn_rollout", "gradient-weighted attention rollout: head-mean of the positive part of grad * attention",
+    attributor="grad_attn_rollout", paper_row="Grad×AttnRoll", params={"discard_threshold": 1.0},
+    dataset_params={"imdb": {"discard_threshold": 1.0}, "wikipedia": {"discard_threshold": 1.0},
+                    "imagenet": {"discard_threshold": 0.91}},
+    source="Chefer et al. 2021a; AttnLRP paper appendix A.1.4"))
+register_method(Method(
+    "grad_cam", "Grad-CAM for transformers: last attention map of the explained token weighted by its mean gradient",
+    attributor="grad_cam", paper_row="GradCAM", params={"relu": False},
+    source="Chefer et al. 2021b (their GradCAM baseline); AttnLRP paper Sec. 4.1.1"))
+register_method(Method(
+    "atman", "AtMan: one token at a time suppressed in the pre-softmax attention scores of every layer",
+    attributor="atman", paper_row="AtMan",
+    params={"suppression": 1.0, "threshold": None, "score": "cross_entropy"},
+    dataset_params={"imdb": {"suppression": 0.7}, "wikipedia": {"suppression": 1.0},
+                    "imagenet": {"suppression": 1.0, "threshold": 0.1}},
+    source="Deb et al. 2023; AttnLRP paper appendix A.1.5, p and t per dataset from its Tables 5-7"))
 
 
 def get_method(name_or_method: str | Method) -> Method:

@@ -1,0 +1,57 @@
+"""Attribution methods that are not one LRP pass: the baselines of the AttnLRP paper's Table 1 (docs/baselines.md).
+
+One module per method, each registering its function with :func:`register_attributor`; the registry imports every
+module of this package when first used. :func:`palrp_bench.explain` dispatches a method whose
+``Method.attributor`` is not ``"lrp"`` to :func:`run_attributor`, which resolves the explained output, calls the
+attributor with an :class:`~palrp_bench.attributors.base.AttributorCall` and turns its per-feature relevance into
+the same :class:`~palrp_bench.lrp.explanation.Explanation` every LRP method returns (``scores`` ``[B, T]`` per token,
+``[B, H, W]`` per pixel), so every task and metric works unchanged.
+
+| attributor | module | what it needs from the model |
+|---|---|---|
+| ``integrated_gradients`` | :mod:`.integrated_gradients` | forwards from the input (Captum) |
+| ``smoothgrad`` | :mod:`.smoothgrad` | forwards from the input (Captum) |
+| ``attn_rollout``, ``grad_attn_rollout`` | :mod:`.rollout` | per-layer attention weights (and their gradient) |
+| ``grad_cam`` | :mod:`.grad_cam` | the last layer's attention weights and their gradient |
+| ``atman`` | :mod:`.atman` | scaled keys in every layer (:func:`palrp_bench.lrp.rules.attention_hooks`) |
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..discovery import import_package_modules
+from ..errors import BadInputError
+from ..lrp.explanation import Explanation
+from ..methods.registry import Method
+from .base import AttributorCall, AttributorResult, explanation_of, make_call
+
+__all__ = ["ATTRIBUTORS", "register_attributor", "get_attributor", "AttributorCall", "AttributorResult",
+           "run_attributor"]
+
+ATTRIBUTORS: dict[str, Callable[[AttributorCall], AttributorResult]] = {}
+
+
+def register_attributor(name: str):
+    """Decorator: the function computing attributor ``name`` (``fn(call) -> AttributorResult``)."""
+    def deco(fn):
+        ATTRIBUTORS[name] = fn
+        return fn
+    return deco
+
+
+def get_attributor(name: str) -> Callable[[AttributorCall], AttributorResult]:
+    """The registered attributor ``name`` (imports this package's modules once), or a one-line error."""
+    import_package_modules(__name__)
+    try:
+        return ATTRIBUTORS[name]
+    except KeyError:
+        raise BadInputError(f"unknown attributor {name!r}",
+                            f"use one of: {', '.join(sorted(ATTRIBUTORS))}") from None
+
+
+def run_attributor(twin, prepared, method: Method, params: dict, target, options: dict, aggregation: str,
+                   batch_size: int | None = None) -> Explanation:
+    """Explain the prepared batch with ``method``'s attributor and hyperparameters ``params`` (module docstring)."""
+    fn = get_attributor(method.attributor)
+    call = make_call(twin, prepared, method, params, target, options, batch_size)
+    return explanation_of(call, fn(call), aggregation)

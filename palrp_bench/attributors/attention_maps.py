@@ -1,0 +1,48 @@
+"""Per-layer attention weights of one plain eager forward, and their gradient (rollout and Grad-CAM).
+
+The twin runs its ordinary forward (``grad_x_input`` composite, eager attention) inside
+:func:`palrp_bench.lrp.rules.attention_hooks` with an :class:`~palrp_bench.lrp.rules.AttentionRecorder`, which
+keeps the softmax weights ``A`` ``[B, H, T, T]`` of every layer in order; with ``with_grad`` one backward from the
+explained logits (summed over the batch: every sample's gradient is its own) gives ``dA = d f_j / d A``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..lrp import rules
+from .base import AttributorCall, input_of, logits_from
+
+__all__ = ["LayerAttention", "layer_attention"]
+
+
+@dataclass
+class LayerAttention:
+    """One layer: weights ``[B, H, T, T]``, their gradient (or None), and the boolean mask of the (query, key)
+    pairs that exist (``[B, 1, T, T]``; None = all: a ViT)."""
+
+    weights: torch.Tensor
+    grad: torch.Tensor | None
+    valid: torch.Tensor | None
+
+
+def layer_attention(call: AttributorCall, with_grad: bool) -> list[LayerAttention]:
+    """The attention of every layer of one forward of the batch, first layer first (module docstring)."""
+    recorder = rules.AttentionRecorder()
+    x = input_of(call.twin, call.prepared).clone().requires_grad_(True)
+    options = {**call.options, "attention": "eager"}
+    with torch.enable_grad(), rules.attention_hooks(recorder=recorder):
+        logits = logits_from(call.twin, call.prepared, x, **options)
+        weights = [w for _, w, _ in recorder.records]
+        grads = [None] * len(weights)
+        if with_grad:
+            explained = logits.gather(1, call.target[:, None].to(logits.device)).sum()
+            grads = torch.autograd.grad(explained, weights, allow_unused=True)
+            grads = [torch.zeros_like(w) if g is None else g for w, g in zip(weights, grads)]
+    out = []
+    for w, g, (_, _, valid) in zip(weights, grads, recorder.records):
+        b, _, t, _ = w.shape
+        valid = None if valid is None else torch.broadcast_to(valid, (b, 1, t, t))
+        out.append(LayerAttention(w.detach(), None if g is None else g.detach(), valid))
+    return out

@@ -1,0 +1,204 @@
+"""What every attributor receives and returns, and the model access they share (docs/baselines.md).
+
+An attributor is a function ``fn(call: AttributorCall) -> AttributorResult``. It sees the model only through the
+twin of :mod:`palrp_bench.models` and the helpers here, which are the same for language models (the input is the
+``[B, T, D]`` embedding output, the features are tokens) and vision transformers (the input is the normalised
+``[B, 3, H, W]`` image, the features are pixels or patch tokens):
+
+* :func:`input_of` / :func:`logits_from`: the model input and the plain forward from any input of that shape
+  (the twin's forward under the ``grad_x_input`` composite, i.e. ordinary autograd; its logits equal the
+  library's, tests/models/);
+* :func:`select_rows`: the prepared inputs of chosen samples, repeated as needed (batched multi-pass methods);
+* :func:`attention_row`: the query row of the explained output in the attention matrices (the last real token of
+  a decoder, the CLS token of a ViT) and :func:`prefix_tokens` (tokens of a ViT that are not patches).
+
+:func:`run_attributor` turns the result into an :class:`~palrp_bench.lrp.explanation.Explanation`: per-token scores
+``[B, T]`` (signed, zero at padding), or per-pixel maps ``[B, H, W]`` where ``scores`` is ReLU'd like every vision
+map of the PA-LRP protocol and ``extras["scores_signed"]`` keeps the signed map; per-patch results are spread over
+their pixels with :func:`palrp_bench.methods.pixel_aggregation.paint_patches` (patch-constant maps, the
+checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``extras["forward_passes"]`` and
+``extras["backward_passes"]`` record each sample's cost.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..lrp.attribution import resolve_target
+from ..lrp.composites import GRAD_X_INPUT
+from ..lrp.explanation import Explanation
+from ..methods.pixel_aggregation import paint_patches
+from ..methods.registry import Method
+
+__all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "select_rows", "attention_row",
+           "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "sample_seed",
+           "explanation_of"]
+
+
+@dataclass
+class AttributorCall:
+    """One explanation request: the twin and its prepared inputs, the method and its resolved hyperparameters, the
+    explained output per sample (``target`` ``[B]``) and the plain logits ``[B, C]``, the twin options (``causal``
+    for decoders) and the most rows per forward for multi-pass methods (``batch_size``; None = all at once)."""
+
+    twin: Any
+    prepared: Any
+    method: Method
+    params: dict
+    target: torch.Tensor
+    logits: torch.Tensor
+    options: dict
+    batch_size: int | None = None
+
+    @property
+    def batch(self) -> int:
+        return int(self.target.shape[0])
+
+    @property
+    def modality(self) -> str:
+        return self.twin.modality
+
+
+@dataclass
+class AttributorResult:
+    """Per-feature relevance and cost of a batch.
+
+    ``relevance``: ``[B, T]`` per token (modality ``tokens``), ``[B, H, W]`` per pixel, or ``[B, Hp, Wp]`` per patch
+    (``per_patch=True``; painted over the pixels). ``forward_passes`` / ``backward_passes``: ``[B]`` model passes
+    spent on each sample (a batched pass over ``k`` rows of one sample counts ``k``)."""
+
+    relevance: torch.Tensor
+    forward_passes: torch.Tensor
+    backward_passes: torch.Tensor
+    per_patch: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ model access
+def input_of(twin, prepared) -> torch.Tensor:
+    """The model input the attributions are taken with respect to: the ``[B, T, D]`` input embeddings of a decoder
+    (AttnLRP paper: "on the embedding output"), the normalised ``[B, 3, H, W]`` pixels of a ViT. Detached."""
+    if twin.modality == "tokens":
+        return twin.embed(prepared.input_ids).detach()
+    return prepared.pixels.detach()
+
+
+def logits_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options) -> torch.Tensor:
+    """``[B, C]`` logits of the explained position from the input ``x`` (shape of :func:`input_of`) with the rows of
+    ``prepared`` (attention mask and explained position of a decoder). ``options``: the twin's forward options
+    (``causal``, ``attention``)."""
+    if twin.modality == "tokens":
+        return twin.forward(x, prepared.attention_mask, prepared.last_index, composite, positional_sinks=False,
+                            **options).logits
+    return twin.forward(x, composite, **options).logits
+
+
+def select_rows(prepared, rows: torch.Tensor):
+    """The prepared inputs of samples ``rows`` (a ``[R]`` index tensor; repeats allowed), same type."""
+    values = {}
+    for f in dataclasses.fields(prepared):
+        v = getattr(prepared, f.name)
+        values[f.name] = v.index_select(0, rows.to(v.device)) if isinstance(v, torch.Tensor) and v.dim() else v
+    return type(prepared)(**values)
+
+
+def attention_row(twin, prepared) -> torch.Tensor:
+    """``[B]`` query row of the explained output in the attention matrices: the explained (last real) token of a
+    decoder, the CLS token (row 0) of a ViT."""
+    if twin.modality == "tokens":
+        return prepared.last_index
+    return torch.zeros(prepared.pixels.shape[0], dtype=torch.long, device=prepared.pixels.device)
+
+
+def prefix_tokens(twin) -> int:
+    """Tokens in front of the features: the CLS (and distillation) token of a ViT, none for a decoder."""
+    return 0 if twin.modality == "tokens" else int(twin.num_prefix)
+
+
+def patch_grid(twin, prepared) -> tuple[int, int]:
+    """``(Hp, Wp)``: the patch grid of a ViT batch."""
+    (h, w), (ph, pw) = prepared.pixels.shape[-2:], twin.patch_size
+    return h // ph, w // pw
+
+
+def patch_embeddings(twin, pixels: torch.Tensor) -> torch.Tensor:
+    """``[B, Hp * Wp, D]`` output of the ViT's own patch-embedding module (before the position embedding)."""
+    with torch.no_grad():
+        tokens = twin.patch_embed(pixels)
+    return tokens.reshape(tokens.shape[0], -1, tokens.shape[-1])
+
+
+def per_patch(twin, prepared, token_relevance: torch.Tensor) -> torch.Tensor:
+    """``[B, Hp, Wp]`` from relevance of every ViT token ``[B, P + Hp * Wp]`` (the prefix tokens dropped)."""
+    hp, wp = patch_grid(twin, prepared)
+    return token_relevance[:, prefix_tokens(twin):].reshape(-1, hp, wp)
+
+
+def valid_tokens(twin, prepared) -> torch.Tensor:
+    """``[B, T]`` bool: the real tokens of a decoder batch (all tokens of a ViT)."""
+    if twin.modality == "tokens":
+        mask = prepared.attention_mask
+        return torch.ones_like(prepared.input_ids, dtype=torch.bool) if mask is None else mask.bool()
+    raise ValueError("valid_tokens is defined for token models")
+
+
+def sample_seed(twin, prepared, index: int, seed: int) -> int:
+    """A seed that depends only on sample ``index``'s own input and ``seed`` (never on the batch it shares), so
+    stochastic methods give each sample the same noise in any batch or shard."""
+    import hashlib
+
+    if twin.modality == "tokens":
+        ids = prepared.input_ids[index]
+        if prepared.attention_mask is not None:
+            ids = ids[prepared.attention_mask[index].bool()]
+        data = ids.detach().cpu().numpy().astype("int64").tobytes()
+    else:
+        data = prepared.pixels[index].detach().float().cpu().numpy().tobytes()
+    digest = hashlib.blake2b(data + int(seed).to_bytes(8, "little", signed=True), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+# ---------------------------------------------------------------------------------------------------- output
+def plain_logits(twin, prepared, options: dict) -> torch.Tensor:
+    """Logits of one plain forward without gradients (target resolution, the explained logit)."""
+    with torch.no_grad():
+        return logits_from(twin, prepared, input_of(twin, prepared), **options)
+
+
+def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: str) -> Explanation:
+    """The :class:`Explanation` of an attributor result (module docstring)."""
+    twin, prepared = call.twin, call.prepared
+    acc = torch.promote_types(input_of(twin, prepared).dtype, torch.float32)  # float32 at least, float64 stays
+    relevance = result.relevance.detach().to(acc)
+    logit = call.logits.gather(1, call.target[:, None])[:, 0].detach().to(acc)
+    extras: dict = {"forward_passes": result.forward_passes.detach().cpu(),
+                    "backward_passes": result.backward_passes.detach().cpu()}
+    if twin.modality == "tokens":
+        valid = valid_tokens(twin, prepared)
+        scores = torch.where(valid, relevance, torch.zeros_like(relevance))
+        positional = scores.new_zeros(scores.shape[0], 0, 2, scores.shape[1])
+        extras["explained_index"] = prepared.last_index
+        return Explanation(scores=scores, semantic=scores, positional=positional, logit=logit, target=call.target,
+                           method=call.method.name, rules=call.method.attributor, aggregation=aggregation,
+                           attention_mask=prepared.attention_mask, extras=extras)
+    image_size = tuple(prepared.pixels.shape[-2:])
+    signed = paint_patches(relevance, twin.patch_size, image_size) if result.per_patch else relevance
+    hp, wp = patch_grid(twin, prepared)
+    zeros = signed.new_zeros(signed.shape[0])
+    total = signed.sum((1, 2))
+    extras.update(scores_signed=signed, semantic_total=total, positional_total=zeros,
+                  semantic_total_incl_prefix=total, positional_total_incl_prefix=zeros, cls_semantic=zeros,
+                  cls_positional=zeros, patch_size=twin.patch_size)
+    return Explanation(scores=signed.clamp(min=0), semantic=signed, positional=signed.new_zeros(signed.shape[0], hp, wp),
+                       logit=logit, target=call.target, method=call.method.name, rules=call.method.attributor,
+                       aggregation=aggregation, extras=extras)
+
+
+def make_call(twin, prepared, method: Method, params: dict, target, options: dict,
+              batch_size: int | None) -> AttributorCall:
+    """Resolve the explained output (arg-max unless ``target`` says otherwise) with one plain forward."""
+    logits = plain_logits(twin, prepared, options)
+    return AttributorCall(twin, prepared, method, params, resolve_target(target, logits), logits.float(), options,
+                          batch_size)

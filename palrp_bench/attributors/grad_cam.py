@@ -1,0 +1,45 @@
+"""Grad-CAM adapted to transformers (Chefer et al. 2021b, their Grad-CAM baseline; AttnLRP paper Sec. 4.1.1: "we
+weight the last attention map with the gradient").
+
+In the last layer, take the explained output's query row of every head's attention weights ``A^h[r, :]`` (the
+explained token of a decoder, the CLS token of a ViT) and the gradient of the explained logit with respect to them,
+``G^h[r, :]``. The head weight is the mean gradient over the row's feature keys, ``w_h = mean_k G^h[r, k]`` (the
+channel weights of Grad-CAM, heads playing the channels); the relevance of key ``k`` is ``mean_h(w_h A^h[r, k])``.
+The feature keys are the real tokens a decoder's row can attend to, or the patch tokens of a ViT (CLS excluded).
+
+``relu``: Chefer et al.'s code clamps the map at 0; the AttnLRP paper reports that its Grad-CAM heatmaps sometimes
+looked inverted, i.e. signed, so the default keeps the sign (``relu: false``). ViT relevance is per patch, painted
+over its pixels. Cost: one forward and one backward.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import register_attributor
+from .attention_maps import layer_attention
+from .base import AttributorCall, AttributorResult, attention_row, patch_grid, prefix_tokens
+
+__all__ = ["grad_cam"]
+
+
+@register_attributor("grad_cam")
+def grad_cam(call: AttributorCall) -> AttributorResult:
+    last = layer_attention(call, with_grad=True)[-1]
+    idx = torch.arange(call.batch, device=last.weights.device)
+    rows = attention_row(call.twin, call.prepared).to(last.weights.device)
+    a = last.weights.double()[idx, :, rows]  # [B, H, T]
+    g = last.grad.double()[idx, :, rows]
+    start = prefix_tokens(call.twin)
+    a, g = a[..., start:], g[..., start:]
+    if last.valid is not None:
+        keys = last.valid[idx, 0, rows][:, None, start:]  # [B, 1, T]
+    else:
+        keys = torch.ones_like(a[:, :1], dtype=torch.bool)
+    weight = torch.where(keys, g, torch.zeros_like(g)).sum(-1, keepdim=True) / keys.sum(-1, keepdim=True)
+    cam = (weight * a).mean(1)
+    if call.params["relu"]:
+        cam = cam.clamp(min=0)
+    ones = torch.ones(call.batch, dtype=torch.long)
+    if call.modality == "tokens":
+        return AttributorResult(cam, ones, ones.clone())
+    return AttributorResult(cam.reshape(-1, *patch_grid(call.twin, call.prepared)), ones, ones.clone(), per_patch=True)
