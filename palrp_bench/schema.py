@@ -123,6 +123,12 @@ class TaskConfig:
     causal: bool = True
     #: extra keyword arguments of the dataset loader / the self-test computation
     options: Dict[str, Any] = field(default_factory=dict)
+    #: hyperparameters of baseline methods on this task, by method name (overriding ``Method.params``; e.g. the
+    #: AttnLRP paper's tuned SmoothGrad sigma / AtMan p per dataset, docs/baselines.md)
+    method_params: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    #: metric ``attnlrp_perturbation``: most steps of a perturbation curve; null = one step per input feature
+    #: (AttnLRP paper appendix B.2), a number coarsens long inputs (e.g. the 50176 pixels of an image)
+    perturbation_steps: Optional[int] = None
 
 
 @dataclass

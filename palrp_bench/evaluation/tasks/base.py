@@ -42,6 +42,21 @@ class JobContext:
     tie_break: str | None = None
     seed: int = 0
 
+    @property
+    def method_params(self) -> dict:
+        """Hyperparameters of the cell's method on this task: the AttnLRP paper's values for the task's dataset
+        (``Method.dataset_params``), then the task's own (``TaskConfig.method_params``)."""
+        from ...methods.registry import get_method
+
+        own = (getattr(self.task, "method_params", None) or {}).get(self.method)
+        return get_method(self.method).task_params(getattr(self.task, "dataset", None), own)
+
+    def explain_kwargs(self) -> dict:
+        """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
+        protocol, the task's hyperparameters for it and the rows per forward of multi-pass methods."""
+        return {"method": self.method, "aggregation": self.aggregation, "rules": self.rules,
+                "protocol": self.protocol, "params": self.method_params, "batch_size": self.forward_batch_size}
+
 
 @dataclass
 class SampleResult:

@@ -1,5 +1,7 @@
 """What the two language task kinds share: loading the pool, batching, one explanation per batch (cached), the NLP
-perturbation curves (PROTOCOL.md section 2). The kinds are :mod:`.text_classification` and :mod:`.next_token`.
+perturbation curves (PROTOCOL.md section 2) and the AttnLRP paper's insertion areas (metric ``attnlrp_perturbation``,
+:mod:`palrp_bench.evaluation.attnlrp_perturbation`). The kinds are :mod:`.text_classification` and
+:mod:`.next_token`.
 
 Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol;
 reused from the cell's explanation cache when present), then the generation / pruning perturbation curves
@@ -29,6 +31,7 @@ from ...data.base import TextSample
 from ...data.registry import load_dataset
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
 from .base import JobContext, SampleResult, nonfinite_result
 
 __all__ = ["TextAdapter"]
@@ -116,15 +119,15 @@ class TextAdapter:
             return scores, infos, [None] * len(batch)
         real_ids, real_mask = _batch(batch, _pad_id(bundle), real_only=True)
         rel = palrp_bench.explain(bundle.model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
-                                  method=ctx.method, aggregation=ctx.aggregation, rules=ctx.rules,
-                                  protocol=ctx.protocol, **self._explain_options(ctx)).to("cpu")
+                                  **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
         scores = torch.zeros(ids.shape, dtype=torch.float32)
         infos, arrays = [], []
         for j, sample in enumerate(batch):
             n_real = _n_real(sample)
             scores[j, :n_real] = rel.scores[j, :n_real].detach().float()
             infos.append({"rules": rel.rules, "aggregation": rel.aggregation, "logit": float(rel.logit[j]),
-                          "explained": int(rel.target[j]), "n_tokens": n_real})
+                          "explained": int(rel.target[j]), "n_tokens": n_real,
+                          "forward_passes": int(rel.extras["forward_passes"][j])})
             tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
                       if bundle.tokenizer is not None else [str(t) for t in sample.input_ids[:n_real]])
             arrays.append({"scores": scores[j, :len(sample.input_ids)].numpy(),
@@ -160,6 +163,11 @@ class TextAdapter:
                 else:
                     kwargs["causal"] = self._causal(ctx)
                 curves = nlp_perturbation_curves(bundle.model, ids[ok], scores[ok], **kwargs)
+            areas = None
+            if "attnlrp_perturbation" in metrics:
+                areas = token_logit_curves(bundle.model, ids[ok], mask[ok], scores[ok],
+                                           [infos[j]["explained"] for j in ok], process=TEXT_PROCESS,
+                                           max_steps=ctx.task.perturbation_steps, batch_size=ctx.forward_batch_size)
             correct = self._correct_flags(bundle, [batch[j] for j in ok], [infos[j]["explained"] for j in ok])
             for k, j in enumerate(ok):
                 rows = []
@@ -168,6 +176,8 @@ class TextAdapter:
                         for metric in ("ac", "mse"):
                             rows += [(metric, variant, step, float(v))
                                      for step, v in zip(NLP_FRACTIONS.labels, curves[variant][metric][k])]
+                if areas is not None:
+                    rows += area_rows(areas[k], TEXT_PROCESS)
                 if correct[k] is not None:
                     rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[k])))
                 results[group[j]] = SampleResult(batch[j].sample_id, rows, infos[j], arrays[j])

@@ -14,6 +14,9 @@ Then, by the cell's metrics:
   (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`);
 * ``positional_share`` (Appendix F): signed totals ``relevance_semantic`` / ``relevance_positional`` (patches
   only, what the maps use) and ``..._with_cls`` (CLS terms added), from the predicted-class pass;
+* ``attnlrp_perturbation`` (the AttnLRP paper's Table 1, appendix B.2): per-sample areas ``a_morf`` / ``a_lerf``
+  of the explained logit while pixels are flipped to 0 in the order of the signed map
+  (:mod:`palrp_bench.evaluation.attnlrp_perturbation`);
 * ``segmentation`` (Table 5): per-image pixel counts of the mean-thresholded predicted-class map against the
   mask (``pix_correct``, ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
   (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``;
@@ -35,6 +38,7 @@ from ...errors import BadInputError
 from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
 from ...metrics.segmentation import segmentation_counts
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ..attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
 from .base import JobContext, SampleResult, nonfinite_result
 
 __all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
@@ -80,23 +84,25 @@ class VisionAdapter:
     def _explain(self, bundle, pixels, ctx: JobContext, target=None):
         import palrp_bench
 
-        return palrp_bench.explain(bundle.model, pixels, method=ctx.method, target=target,
-                                   aggregation=ctx.aggregation, rules=ctx.rules, protocol=ctx.protocol).to("cpu")
+        return palrp_bench.explain(bundle.model, pixels, target=target, **ctx.explain_kwargs()).to("cpu")
 
-    def _explained(self, bundle, samples, images, ctx, with_target: bool) -> tuple[dict, list[dict | None]]:
-        """Per-batch tensors (``scores``, ``scores_target`` when ``with_target``, ``explained``, ``logit``, the four
-        Appendix F totals) and the arrays to (re)cache. Each of the two explanations (predicted class, target
-        class) is taken from the explanation cache when every sample of the batch has it, else computed with
-        ``palrp_bench.explain``; nothing is re-cached when nothing was computed."""
+    def _explained(self, bundle, samples, images, ctx, with_target: bool,
+                   with_signed: bool = False) -> tuple[dict, list[dict | None]]:
+        """Per-batch tensors (``scores``, ``scores_target`` when ``with_target``, ``scores_signed`` when
+        ``with_signed``, ``explained``, ``logit``, the four Appendix F totals) and the arrays to (re)cache. Each of
+        the two explanations (predicted class, target class) is taken from the explanation cache when every sample
+        of the batch has it, else computed with ``palrp_bench.explain``; nothing is re-cached when nothing was
+        computed."""
         from ..vision_perturbation import resolve_normalization
 
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
         have = lambda keys: all(c is not None and keys <= set(c) for c in cached)  # noqa: E731
         pixels = None
         arrays: list[dict | None]
-        if have(_CACHE_KEYS):
+        needed = _CACHE_KEYS | ({"scores_signed"} if with_signed else set())
+        if have(needed):
             batch = {k: torch.stack([torch.as_tensor(c[k]) for c in cached])
-                     for k in _CACHE_KEYS - {"rules", "aggregation"}}
+                     for k in needed - {"rules", "aggregation"}}
             batch["rules"], batch["aggregation"] = str(cached[0]["rules"]), str(cached[0]["aggregation"])
             arrays = [None] * len(samples)
         else:
@@ -107,7 +113,8 @@ class VisionAdapter:
                      "semantic_total": ex["semantic_total"], "positional_total": ex["positional_total"],
                      "semantic_total_incl_prefix": ex["semantic_total_incl_prefix"],
                      "positional_total_incl_prefix": ex["positional_total_incl_prefix"],
-                     "rules": rel.rules, "aggregation": rel.aggregation}
+                     "scores_signed": ex["scores_signed"].float(), "rules": rel.rules,
+                     "aggregation": rel.aggregation}
             arrays = []
             for i in range(len(samples)):
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
@@ -129,13 +136,14 @@ class VisionAdapter:
         return batch, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=()) -> list[SampleResult]:
-        from ..vision_perturbation import vision_perturbation_curves
+        from ..vision_perturbation import resolve_normalization, vision_perturbation_curves
         metrics = set(metrics or ctx.metrics)
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         labels = [s.label for s in samples]
         with_target = "vision_perturbation" in metrics and all(label is not None for label in labels)
-        ex, arrays = self._explained(bundle, samples, images, ctx, with_target)
+        with_signed = "attnlrp_perturbation" in metrics
+        ex, arrays = self._explained(bundle, samples, images, ctx, with_target, with_signed)
         checked = [ex["scores"]] + ([ex["scores_target"]] if with_target else [])
         finite = torch.stack([torch.isfinite(t.float()).flatten(1).all(1) for t in checked]).all(0)
         finite &= torch.isfinite(ex["positional_total"].float()) & torch.isfinite(ex["semantic_total"].float())
@@ -160,6 +168,13 @@ class VisionAdapter:
                                                      torch.tensor([labels[i] for i in ok]), positive, **ties)
                     for k, i in enumerate(ok):
                         rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
+        if ok and with_signed:
+            pixels = resolve_normalization(bundle.model)(images[ok]).to(bundle.device)
+            curves = pixel_logit_curves(bundle.model, pixels, ex["scores_signed"][ok].to(bundle.device),
+                                        ex["explained"][ok], process=VISION_PROCESS,
+                                        max_steps=ctx.task.perturbation_steps, batch_size=ctx.forward_batch_size)
+            for k, i in enumerate(ok):
+                rows[i] += area_rows(curves[k], VISION_PROCESS)
         if ok and "positional_share" in metrics:
             for i in ok:
                 rows[i] += [("relevance_semantic", NO_VARIANT, SCALAR, float(ex["semantic_total"][i])),

@@ -1,0 +1,190 @@
+"""The AttnLRP paper's perturbation protocol (Achtibat et al. 2024, appendix B.2), batched: curves of the explained
+logit while input features go to a zero baseline in most- and least-relevant-first order, and their areas.
+
+Features and baseline (B.2: "baseline value of zero ... for LLMs ... flipped the entire embedding vector of input
+tokens to the baseline value. For ViTs, we used the relevances of the input pixels and flipped input pixels"):
+
+* language models: the real tokens of the input (BOS included, padding never), a token perturbed = its whole input
+  embedding vector set to 0, relevance = the token's score;
+* vision transformers: the pixels, a pixel perturbed = all its channels of the normalised model input set to 0 (the
+  paper's zero baseline on the model input; the PA-LRP protocol blackens raw pixels instead), relevance = the signed
+  pixel map (``Explanation.extras["scores_signed"]``; the ReLU'd ``scores`` would tie every negative pixel).
+
+Order: a stable sort of the relevance, descending (MoRF; ties by feature index ascending); LeRF is exactly the
+reversed MoRF order, so the two processes see the same ranking.
+
+Processes over steps ``k = 0..S`` perturbing ``n_k`` features (:func:`step_counts`; ``n_k = k`` per feature, as the
+paper, or a coarsened grid of ``S = max_steps`` steps for long inputs such as 50176 pixels):
+
+* ``flipping``: start from the input, set the first ``n_k`` features of the order to the baseline;
+* ``insertion``: start from the baseline, restore the first ``n_k`` features of the order.
+
+The paper reports flipping for the ViT (its Table 5) and insertion for the language models (Tables 6-8); insertion
+MoRF is flipping LeRF read backwards (same inputs), see ``tests/evaluation/test_attnlrp_perturbation.py``. The logit
+read is the explained output's (the class or next token the explanation is for), raw. Every perturbed input of a
+sample that appears twice (the shared endpoints) is evaluated once; ``batch_size`` rows go through one forward,
+built on the fly so memory is bounded by it. Areas: :func:`palrp_bench.metrics.delta_a.curve_area`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import BadInputError
+from ..metrics.delta_a import PROCESSES, curve_area
+from ..rundir import SCALAR
+
+#: the process the AttnLRP paper reports for language models (its Tables 6-8) and for the ViT (its Table 5)
+TEXT_PROCESS = "insertion"
+VISION_PROCESS = "flipping"
+
+__all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep", "LogitCurves", "logit_curves",
+           "token_logit_curves", "pixel_logit_curves", "area_rows"]
+
+
+def step_counts(n_features: int, max_steps: int | None = None) -> np.ndarray:
+    """Features perturbed at each step, ``int64 [S + 1]`` from 0 to ``n_features``.
+
+    ``max_steps=None`` (or ``>= n_features``): one step per feature, ``0, 1, ..., N``. Otherwise ``S = max_steps``
+    steps, ``n_k = round(k N / S)`` (halves up) for ``k <= S / 2`` and ``N - n_{S-k}`` above, so the grid is
+    symmetric (``n_{S-k} = N - n_k``) except for the middle point when ``S`` is even and ``N`` odd: reversing a curve
+    then maps it onto the same grid, which keeps insertion and flipping exact mirrors of each other on coarsened
+    grids too (per feature they always are).
+    """
+    if n_features < 1:
+        raise BadInputError("a sample has no feature to perturb", "drop empty inputs before the evaluation")
+    if max_steps is not None and max_steps < 1:
+        raise BadInputError(f"max_steps must be >= 1, got {max_steps}", "set a positive number of steps or null")
+    if max_steps is None or max_steps >= n_features:
+        return np.arange(n_features + 1, dtype=np.int64)
+    s = int(max_steps)
+    k = np.arange(s + 1, dtype=np.int64)
+    low = (2 * k * n_features + s) // (2 * s)  # round half up of k N / S
+    return np.where(2 * k <= s, low, n_features - low[::-1])
+
+
+def feature_order(scores) -> np.ndarray:
+    """MoRF order of one sample's feature scores ``[N]``: descending, ties by index ascending (stable)."""
+    s = torch.as_tensor(np.asarray(scores, dtype=np.float64))
+    return torch.sort(s, descending=True, stable=True).indices.numpy()
+
+
+def perturbed_keep(order: np.ndarray, counts: np.ndarray, process: str) -> dict[str, torch.Tensor]:
+    """Which features keep their input value at each step, ``{"morf": [S+1, N], "lerf": [S+1, N]}`` bool."""
+    if process not in PROCESSES:
+        raise BadInputError(f"unknown perturbation process {process!r}", f"use one of: {', '.join(PROCESSES)}")
+    n = order.size
+    out = {}
+    for name, ranking in (("morf", order), ("lerf", order[::-1])):
+        rank = np.empty(n, dtype=np.int64)
+        rank[ranking] = np.arange(n)
+        touched = rank[None, :] < counts[:, None]  # the first n_k features of the ranking
+        out[name] = torch.from_numpy(~touched if process == "flipping" else touched)
+    return out
+
+
+@dataclass
+class LogitCurves:
+    """One sample: the explained logit at each step of the MoRF and LeRF processes (``[S + 1]`` float64) and the
+    fractions ``n_k / N`` of perturbed features."""
+
+    morf: np.ndarray
+    lerf: np.ndarray
+    fractions: np.ndarray
+
+    def areas(self) -> tuple[float, float]:
+        """``(A_MoRF, A_LeRF)`` (:func:`~palrp_bench.metrics.delta_a.curve_area`)."""
+        return curve_area(self.morf, self.fractions), curve_area(self.lerf, self.fractions)
+
+
+def logit_curves(forward, scores, process: str, max_steps: int | None, batch_size: int | None) -> LogitCurves:
+    """Curves of one sample: ``forward(keep [R, N] bool) -> [R]`` explained logits of the inputs keeping the
+    ``True`` features, ``scores`` ``[N]`` the features' relevance (module docstring)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if not np.isfinite(scores).all():
+        raise BadInputError("relevance scores contain NaN or inf", "check the explainer output before the protocol")
+    counts = step_counts(scores.size, max_steps)
+    keep = perturbed_keep(feature_order(scores), counts, process)
+    stacked = torch.cat([keep["morf"], keep["lerf"]])
+    unique, inverse = torch.unique(stacked, dim=0, return_inverse=True)
+    chunk = batch_size or unique.shape[0]
+    values = torch.cat([forward(unique[i:i + chunk]).double().cpu() for i in range(0, unique.shape[0], chunk)])
+    values = values[inverse].numpy()
+    steps = counts.size
+    return LogitCurves(values[:steps], values[steps:], counts / scores.size)
+
+
+# --------------------------------------------------------------------------------------------------- models
+def _text_head(model):
+    """Sequence classifier: its ``score`` layer; causal LM: its output embeddings."""
+    head = getattr(model, "score", None)
+    return head if isinstance(head, torch.nn.Module) else model.get_output_embeddings()
+
+
+def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, scores: torch.Tensor,
+                       targets, *, process: str = "insertion", max_steps: int | None = None,
+                       batch_size: int | None = None) -> list[LogitCurves]:
+    """Curves of every sample of a right-padded batch of a Hugging Face decoder (``*ForSequenceClassification``
+    or ``*ForCausalLM``, logits read at the last real token): features = real tokens, a perturbed token's input
+    embedding is zero. ``scores`` ``[B, T]``, ``targets`` ``[B]`` explained class / token ids."""
+    if getattr(model, "training", False):
+        raise BadInputError("the model is in training mode", "call model.eval() before evaluating")
+    ids = torch.as_tensor(input_ids).long()
+    mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask).long()
+    weight = model.get_input_embeddings().weight
+    device = weight.device
+    head, body = _text_head(model), model.base_model
+    curves = []
+    for b in range(ids.shape[0]):
+        n = int(mask[b].sum())
+        if bool(mask[b, :n].eq(0).any()) or bool(mask[b, n:].ne(0).any()):
+            raise BadInputError(f"sample {b} is not right-padded", "pad on the right (tokenizer.padding_side='right')")
+        with torch.no_grad():
+            embeds = model.get_input_embeddings()(ids[b:b + 1, :n].to(device))  # [1, n, D]
+        target = int(targets[b])
+
+        @torch.no_grad()
+        def forward(keep: torch.Tensor, embeds=embeds, target=target, n=n) -> torch.Tensor:
+            x = embeds * keep.to(device=device, dtype=embeds.dtype)[:, :, None]
+            hidden = body(inputs_embeds=x, attention_mask=torch.ones(keep.shape, dtype=torch.long, device=device),
+                          use_cache=False).last_hidden_state
+            return head(hidden[:, n - 1])[:, target].double()
+
+        curves.append(logit_curves(forward, scores[b, :n].detach().double().cpu().numpy(), process, max_steps,
+                                   batch_size))
+    return curves
+
+
+def pixel_logit_curves(model, pixels: torch.Tensor, maps: torch.Tensor, targets, *, process: str = "flipping",
+                       max_steps: int | None = None, batch_size: int | None = None) -> list[LogitCurves]:
+    """Curves of every image of a batch of a vision classifier: ``pixels`` ``[B, C, H, W]`` the normalised model
+    input, features = the ``H x W`` pixels (all channels set to 0 together), ``maps`` ``[B, H, W]`` signed pixel
+    relevance, ``targets`` ``[B]`` explained classes."""
+    if getattr(model, "training", False):
+        raise BadInputError("the model is in training mode", "call model.eval() before evaluating")
+    if pixels.dim() != 4 or tuple(maps.shape) != (pixels.shape[0], *pixels.shape[-2:]):
+        raise BadInputError(f"maps {tuple(maps.shape)} do not match images {tuple(pixels.shape)}",
+                            "pass one [H, W] map per image at the image resolution")
+    curves = []
+    for b in range(pixels.shape[0]):
+        image, target = pixels[b:b + 1], int(targets[b])
+
+        @torch.no_grad()
+        def forward(keep: torch.Tensor, image=image, target=target) -> torch.Tensor:
+            mask = keep.to(device=image.device, dtype=image.dtype).reshape(-1, 1, *image.shape[-2:])
+            out = model(image * mask)
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            return out[:, target].double()
+
+        curves.append(logit_curves(forward, maps[b].detach().double().cpu().reshape(-1).numpy(), process,
+                                   max_steps, batch_size))
+    return curves
+
+
+def area_rows(curves: LogitCurves, process: str) -> list[tuple[str, str, float | None, float]]:
+    """The result rows of one sample: ``a_morf`` and ``a_lerf`` (variant = the process; table metrics in
+    :mod:`palrp_bench.metrics.delta_a`)."""
+    a_morf, a_lerf = curves.areas()
+    return [("a_morf", process, SCALAR, a_morf), ("a_lerf", process, SCALAR, a_lerf)]

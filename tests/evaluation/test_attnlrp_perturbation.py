@@ -1,0 +1,110 @@
+"""The AttnLRP perturbation protocol (appendix B.2): step grids, orders, the insertion / flipping equivalence, and
+the batched curves against a loop that builds every perturbed input by hand and runs the library model."""
+import numpy as np
+import pytest
+import torch
+
+from models.test_vit_twin import images, make_vit
+from models.tiny_llama import make_llama, random_ids
+from palrp_bench.errors import BadInputError
+from palrp_bench.evaluation.attnlrp_perturbation import (feature_order, perturbed_keep, pixel_logit_curves,
+                                                         step_counts, token_logit_curves)
+from palrp_bench.metrics.delta_a import curve_area
+
+
+def test_step_counts_per_feature_and_coarsened():
+    assert step_counts(4).tolist() == [0, 1, 2, 3, 4]
+    assert step_counts(4, max_steps=10).tolist() == [0, 1, 2, 3, 4]
+    assert step_counts(10, max_steps=4).tolist() == [0, 3, 5, 7, 10]  # round(2.5) up, mirrored: 10 - 3
+    for n, s in [(50176, 256), (7, 3), (101, 10), (5, 4)]:
+        c = step_counts(n, s)
+        assert c[0] == 0 and c[-1] == n and len(c) == s + 1 and (np.diff(c) > 0).all()
+        mirrored = c[::-1] == n - c
+        if n % 2 and not s % 2:  # an even S with an odd N has no integer middle point: only it is off
+            assert mirrored.sum() == s and not mirrored[s // 2]
+        else:
+            assert mirrored.all()  # symmetric grid
+    with pytest.raises(BadInputError):
+        step_counts(0)
+
+
+def test_orders_and_keep_masks_by_hand():
+    scores = np.array([0.5, 2.0, -1.0, 2.0])
+    assert feature_order(scores).tolist() == [1, 3, 0, 2]  # ties by index
+    keep = perturbed_keep(feature_order(scores), step_counts(4), "flipping")
+    assert keep["morf"].int().tolist() == [[1, 1, 1, 1], [1, 0, 1, 1], [1, 0, 1, 0], [0, 0, 1, 0], [0, 0, 0, 0]]
+    assert keep["lerf"].int().tolist() == [[1, 1, 1, 1], [1, 1, 0, 1], [0, 1, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0]]
+    inserted = perturbed_keep(feature_order(scores), step_counts(4), "insertion")
+    assert inserted["morf"].int().tolist() == [[0, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 1], [1, 1, 0, 1], [1, 1, 1, 1]]
+    with pytest.raises(BadInputError):
+        perturbed_keep(feature_order(scores), step_counts(4), "deletion")
+
+
+@pytest.mark.parametrize("max_steps", [None, 3])
+def test_insertion_morf_is_flipping_lerf_on_the_same_inputs(max_steps):
+    """AttnLRP paper B.2: X^I_MoRF = X^F_LeRF (and vice versa), so A^I_MoRF = A^F_LeRF and delta_a agrees."""
+    scores = np.random.default_rng(0).normal(size=7)
+    counts = step_counts(7, max_steps)
+    flip = perturbed_keep(feature_order(scores), counts, "flipping")
+    ins = perturbed_keep(feature_order(scores), counts, "insertion")
+    assert torch.equal(ins["morf"], flip["lerf"].flip(0)) and torch.equal(ins["lerf"], flip["morf"].flip(0))
+    model = make_llama("gqa", "classifier", dtype=torch.float64)
+    ids = random_ids(2, 7, seed=9)
+    s = torch.from_numpy(np.stack([scores, -scores]))
+    f = token_logit_curves(model, ids, None, s, [0, 1], process="flipping", max_steps=max_steps)
+    i = token_logit_curves(model, ids, None, s, [0, 1], process="insertion", max_steps=max_steps)
+    for cf, ci in zip(f, i):
+        np.testing.assert_allclose(ci.morf, cf.lerf[::-1], atol=1e-12)
+        a_morf_f, a_lerf_f = cf.areas()
+        a_morf_i, a_lerf_i = ci.areas()
+        assert a_morf_i == pytest.approx(a_lerf_f, abs=1e-12) and a_lerf_i == pytest.approx(a_morf_f, abs=1e-12)
+        assert a_morf_i - a_lerf_i == pytest.approx(a_lerf_f - a_morf_f, abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["causal", "classifier"])
+def test_token_curves_against_a_hand_loop_on_the_library_model(kind):
+    model = make_llama("gqa", kind, dtype=torch.float64)
+    ids = random_ids(2, 6, seed=1)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    scores = torch.tensor([[0.3, -0.2, 0.9, 0.1, -0.5, 0.0], [1.0, 0.2, -0.4, 0.7, 9.0, 9.0]], dtype=torch.float64)
+    targets = [3, 1] if kind == "causal" else [1, 0]
+    curves = token_logit_curves(model, ids, mask, scores, targets, process="insertion", batch_size=4)
+    for b, c in enumerate(curves):
+        n = int(mask[b].sum())
+        embeds = model.get_input_embeddings()(ids[b:b + 1, :n]).detach()
+        order = np.argsort(-scores[b, :n].numpy(), kind="stable")
+        for name, ranking in (("morf", order), ("lerf", order[::-1].copy())):
+            expected = []
+            for k in range(n + 1):
+                x = torch.zeros_like(embeds)
+                x[0, ranking[:k]] = embeds[0, ranking[:k]]
+                with torch.no_grad():
+                    if kind == "causal":
+                        logits = model(inputs_embeds=x).logits[0, -1]
+                    else:
+                        logits = model.score(model.model(inputs_embeds=x).last_hidden_state[0, -1])
+                expected.append(float(logits[targets[b]]))
+            np.testing.assert_allclose(getattr(c, name), expected, rtol=1e-9, atol=1e-9)
+        assert c.fractions.tolist() == [k / n for k in range(n + 1)]
+
+
+def test_pixel_curves_against_a_hand_loop_on_the_library_model():
+    model = make_vit("plain", dtype=torch.float64)
+    x = images(2)
+    maps = torch.randn(2, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    curves = pixel_logit_curves(model, x, maps, [1, 4], process="flipping", max_steps=8, batch_size=5)
+    counts = step_counts(1024, 8)
+    for b, c in enumerate(curves):
+        order = np.argsort(-maps[b].reshape(-1).numpy(), kind="stable")
+        for name, ranking in (("morf", order), ("lerf", order[::-1].copy())):
+            expected = []
+            for n in counts:
+                img = x[b].clone().reshape(3, -1)
+                img[:, ranking[:n]] = 0.0
+                with torch.no_grad():
+                    expected.append(float(model(img.reshape(1, 3, 32, 32))[0, [1, 4][b]]))
+            np.testing.assert_allclose(getattr(c, name), expected, rtol=1e-9, atol=1e-9)
+        assert c.morf[0] == c.lerf[0] and c.morf[-1] == c.lerf[-1]
+        a_morf, a_lerf = c.areas()
+        assert a_morf == pytest.approx(curve_area(c.morf, counts / 1024))
