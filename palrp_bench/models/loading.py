@@ -4,7 +4,8 @@ NF4), timm vision transformers (DeiT: PROTOCOL.md section 5), and the registry o
 * :func:`load_hf_model`: a ``*ForCausalLM`` / ``*ForSequenceClassification`` from the hub or a local folder.
 * :func:`keep_4bit_differentiable`: stops bitsandbytes repacking 4-bit weights into a format without gradients.
 * :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub.
-* :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`).
+* :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`); ``torchvision``
+  loads torchvision ViTs as timm models (:mod:`palrp_bench.models.torchvision_vit`).
 """
 from __future__ import annotations
 
@@ -221,6 +222,14 @@ def _load_hf(cfg, device: str):
 @register_loader("timm")
 def _load_timm(cfg, device: str):
     return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint, **dict(cfg.options or {})).to(device).eval(), None
+
+
+@register_loader("torchvision")
+def _load_torchvision(cfg, device: str):
+    """torchvision ViTs (the AttnLRP paper's ViT-B-16) as timm models: ``source`` = ``<builder>.<weights>``."""
+    from .torchvision_vit import load_torchvision_vit
+
+    return load_torchvision_vit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
 
 
 @register_loader("embedded_text")

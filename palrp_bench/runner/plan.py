@@ -122,6 +122,10 @@ class Job:
         return self.store_path(run_dir).with_suffix(".status.json")
 
 
+#: the twin modality of each model kind (``Method.modalities``)
+MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens"}
+
+
 def _to_object(node, schema):
     return node if isinstance(node, schema) else OmegaConf.to_object(node)
 
@@ -172,7 +176,11 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
         task = _to_object(cfg.task, TaskConfig) if "task" in chosen else catalog.load("task", task_name)
         model = _to_object(model, ModelConfig)
         task = _to_object(task, TaskConfig)
-        get_method(method_name)
+        modality = MODEL_MODALITY.get(model.kind.value)
+        if modality is not None:  # e.g. a ViT-only composite on a language model: refused before any job runs
+            get_method(method_name).check_modality(modality)
+        else:
+            get_method(method_name)
         if model.loader not in LOADERS:
             raise BadInputError(f"unknown model loader {model.loader!r} (model {model.name})",
                                 f"set model.loader to one of: {', '.join(sorted(LOADERS))}")

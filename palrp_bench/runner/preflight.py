@@ -29,6 +29,7 @@ HINT_GPU = "run on a GPU machine (runner.devices=[cpu] forces the CPU anyway)"
 HINT_WEIGHTS = ("finetune the IMDB classifiers with the official recipe (PROTOCOL.md section 2) and point "
                 "model.source at them")
 HINT_CHECKPOINT = "point model.source at the checkpoint"
+HINT_TORCHVISION = "download the torchvision weights once with network access or point model.checkpoint at them"
 HINT_HUB = "download hub models / datasets once with network (HF_HUB_OFFLINE=1 forbids it)"
 #: hub datasets and the repository they come from
 HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia"}
@@ -60,6 +61,12 @@ def _model_missing(cell: Cell) -> list[tuple[str, str]]:
     if model.loader == "timm" and model.checkpoint is not None:
         if not Path(model.checkpoint).expanduser().is_file():
             missing.append((f"checkpoint {model.checkpoint} ({model.name})", HINT_CHECKPOINT))
+    elif model.loader == "torchvision":
+        from ..models.torchvision_vit import weights_file
+
+        path = Path(model.checkpoint).expanduser() if model.checkpoint else weights_file(model.source)
+        if not path.is_file() and (model.checkpoint or hub_offline()):
+            missing.append((f"torchvision weights {path} ({model.name})", HINT_TORCHVISION))
     elif model.loader in ("hf", "timm"):
         sources = [model.source] + ([model.tokenizer] if model.tokenizer else [])
         for source in sources:
