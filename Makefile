@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.palrp-installed
 
-.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f bench clean
+.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f attnlrp_table1 bench clean
 
 setup: $(STAMP)
 
@@ -39,9 +39,10 @@ report: setup
 	$(VENV)/bin/palrp-bench-report $(RUN)
 
 # Real reproductions (GPU + data); on a machine without them they stop at once listing what is missing.
+# attnlrp_table1: the AttnLRP paper's Table 1 with every baseline (docs/baselines.md).
 # ARGS: extra overrides, e.g. make table1 ARGS="model=tinyllama model.source=/ckpt/tinyllama_imdb"
 ARGS ?=
-table1 table2 table3 table4 table5 appendix_f: setup
+table1 table2 table3 table4 table5 appendix_f attnlrp_table1: setup
 	$(VENV)/bin/palrp-bench experiment=$@ $(ARGS)
 
 bench: setup
