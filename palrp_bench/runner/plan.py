@@ -75,14 +75,23 @@ class Cell:
         (a later run may add metrics to a cell; each sample's stored record says which it covers)."""
         model = _plain(self.model)
         model.pop("paper_name", None)
+        from ..methods.registry import get_method
+
         task = _plain(self.task)
         for key in ("pool_size", "select_count", "paper_task", "metrics"):
             task.pop(key, None)
+        for key in ("method_params", "perturbation_steps"):  # unset: as before these fields existed
+            if not task.get(key):
+                task.pop(key, None)
         task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
         settings = {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
                     "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
         if self.tie_break is not None:  # only cells with pixel perturbation (other cells keep their fingerprint)
             settings["tie_break"] = self.tie_break
+        method = get_method(self.method)
+        if method.params:  # a baseline's resolved hyperparameters (defaults, the paper's per-dataset values, task's)
+            own = (self.task.method_params or {}).get(self.method)
+            settings["params"] = _plain(method.resolved_params(method.task_params(self.task.dataset, own)))
         return settings
 
     def fingerprint(self) -> str:

@@ -113,8 +113,10 @@ class VisionAdapter:
                      "semantic_total": ex["semantic_total"], "positional_total": ex["positional_total"],
                      "semantic_total_incl_prefix": ex["semantic_total_incl_prefix"],
                      "positional_total_incl_prefix": ex["positional_total_incl_prefix"],
-                     "scores_signed": ex["scores_signed"].float(), "rules": rel.rules,
-                     "aggregation": rel.aggregation}
+                     "rules": rel.rules, "aggregation": rel.aggregation}
+            if with_signed:  # only when a metric needs it: it would double the cached maps otherwise
+                batch["scores_signed"] = ex["scores_signed"].float()
+            batch["forward_passes"] = ex["forward_passes"]
             arrays = []
             for i in range(len(samples)):
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
@@ -149,6 +151,9 @@ class VisionAdapter:
         finite &= torch.isfinite(ex["positional_total"].float()) & torch.isfinite(ex["semantic_total"].float())
         infos = [{"rules": ex["rules"], "aggregation": ex["aggregation"], "explained": int(ex["explained"][i]),
                   "logit": float(ex["logit"][i])} for i in range(len(samples))]
+        if "forward_passes" in ex:  # the cost of a fresh explanation (not known for cached ones)
+            for i, info in enumerate(infos):
+                info["forward_passes"] = int(ex["forward_passes"][i])
         ok = [i for i in range(len(samples)) if bool(finite[i])]
         rows: dict[int, list] = {i: [] for i in ok}
         if ok and "vision_perturbation" in metrics:
