@@ -9,6 +9,11 @@ input-gradient backward. Target (issue "LRP engine"): pa_lrp <= 1.15x grad_x_inp
 
     python scripts/bench_attribution.py                       # tiny-ish random LLaMA on CPU, 512 and 2048
     python scripts/bench_attribution.py --preset tinyllama --device cuda --dtype bfloat16 --lengths 512 2048 4096
+    python scripts/bench_attribution.py --lengths 128 512 --methods grad_x_input attnlrp integrated_gradients \
+        smoothgrad attn_rollout grad_attn_rollout grad_cam atman   # the baselines (docs/baselines.md)
+
+``--methods`` takes any method that fits a language model (multi-pass baselines run ``--forward-batch`` rows per
+forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token).
 """
 from __future__ import annotations
 
@@ -65,11 +70,14 @@ class RssSampler(threading.Thread):
         return max(self.peak, current_rss_mb())
 
 
+FORWARD_BATCH = {"rows": None}  # rows per forward of multi-pass baselines (--forward-batch)
+
+
 def time_once(model, ids, method, device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    explain(model, ids, method=method)
+    explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"])
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1000
@@ -84,11 +92,12 @@ def peak_memory_mb(args, length, method) -> float:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        explain(model, ids, method=method)
+        explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"])
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
-           "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device]
+           "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device,
+           "--forward-batch", str(args.forward_batch)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return float(out)
 
@@ -114,8 +123,15 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS),
+                    help="methods to compare (first row of each length is the ratio's reference if grad_x_input "
+                         "is not among them)")
+    ap.add_argument("--forward-batch", type=int, default=32, help="rows per forward of multi-pass baselines")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    FORWARD_BATCH["rows"] = args.forward_batch
+    methods = tuple(args.methods)
+    reference = "grad_x_input" if "grad_x_input" in methods else methods[0]
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -140,17 +156,17 @@ def main(argv=None):
     for length in args.lengths:
         model, ids = build(args, length)
         for _ in range(args.warmup):
-            for m in METHODS:
+            for m in methods:
                 time_once(model, ids, m, device)
-        times = {m: [] for m in METHODS}
+        times = {m: [] for m in methods}
         for _ in range(args.repeats):  # interleaved, so drifting machine load hits every method alike
-            for m in METHODS:
+            for m in methods:
                 times[m].append(time_once(model, ids, m, device))
         ms = {m: statistics.median(t) for m, t in times.items()}
         del model
-        for m in METHODS:
+        for m in methods:
             mem = peak_memory_mb(args, length, m)
-            print(f"| {length} | {m} | {ms[m]:.1f} | {ms[m] / ms['grad_x_input']:.3f} | {mem:.0f} |", flush=True)
+            print(f"| {length} | {m} | {ms[m]:.1f} | {ms[m] / ms[reference]:.3f} | {mem:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
