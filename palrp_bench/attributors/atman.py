@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import BadInputError
 from ..lrp import rules
 from . import register_attributor
 from .base import (AttributorCall, AttributorResult, input_of, logits_from, patch_embeddings, patch_grid, per_patch,
@@ -79,8 +80,6 @@ def atman(call: AttributorCall) -> AttributorResult:
     p = call.params
     score = str(p["score"])
     if score not in SCORES:
-        from ..errors import BadInputError
-
         raise BadInputError(f"unknown AtMan score {score!r}", f"use one of: {', '.join(SCORES)}")
     threshold = None if p["threshold"] is None else float(p["threshold"])
     x = input_of(call.twin, call.prepared)

@@ -32,7 +32,13 @@ class Explanation:
     * ``extras["cls_semantic"]``, ``extras["cls_positional"]`` ``[B]``: the CLS (and distillation) terms the
       official aggregation drops (Appendix F shares can be computed with and without them).
 
-    Common: ``logit`` ``[B]`` the explained logit value, ``target`` ``[B]`` the explained index.
+    * ``extras["scores_signed"]`` ``[B, H, W]``: the map before the final ReLU (protocols that order pixels by
+      signed relevance read it).
+
+    Common: ``logit`` ``[B]`` the explained logit value, ``target`` ``[B]`` the explained index,
+    ``extras["forward_passes"]`` / ``["backward_passes"]`` ``[B]`` the model passes each sample cost. Baselines that
+    are not one LRP pass (:mod:`palrp_bench.attributors`) fill ``semantic`` with their scores and ``positional``
+    with zeros (they put no relevance on the positional encoding).
     """
 
     scores: torch.Tensor
