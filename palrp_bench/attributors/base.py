@@ -7,7 +7,7 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 
 * :func:`input_of` / :func:`logits_from`: the model input and the plain forward from any input of that shape
   (the twin's forward under the ``grad_x_input`` composite, i.e. ordinary autograd; its logits equal the
-  library's, tests/models/);
+  library's, tests/models/), for every twin family;
 * :func:`select_rows`: the prepared inputs of chosen samples, repeated as needed (batched multi-pass methods);
 * :func:`attention_row`: the query row of the explained output in the attention matrices (the last real token of
   a decoder, the CLS token of a ViT) and :func:`prefix_tokens` (tokens of a ViT that are not patches).
@@ -22,11 +22,13 @@ checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``extras
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..errors import UnsupportedModelError
 from ..lrp.attribution import resolve_target
 from ..lrp.composites import GRAD_X_INPUT
 from ..lrp.explanation import Explanation
@@ -41,8 +43,9 @@ __all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "sel
 @dataclass
 class AttributorCall:
     """One explanation request: the twin and its prepared inputs, the method and its resolved hyperparameters, the
-    explained output per sample (``target`` ``[B]``) and the plain logits ``[B, C]``, the twin options (``causal``
-    for decoders) and the most rows per forward for multi-pass methods (``batch_size``; None = all at once)."""
+    explained output per sample (``target`` ``[B]``), the plain logits ``[B, C]`` and the explained position of a
+    language model (``explained_index`` ``[B]``, None for images), the twin options (``causal`` for decoders) and the
+    most rows per forward for multi-pass methods (``batch_size``; None = all at once)."""
 
     twin: Any
     prepared: Any
@@ -50,6 +53,7 @@ class AttributorCall:
     params: dict
     target: torch.Tensor
     logits: torch.Tensor
+    explained_index: torch.Tensor | None
     options: dict
     batch_size: int | None = None
 
@@ -78,21 +82,38 @@ class AttributorResult:
 
 # ------------------------------------------------------------------------------------------------ model access
 def input_of(twin, prepared) -> torch.Tensor:
-    """The model input the attributions are taken with respect to: the ``[B, T, D]`` input embeddings of a decoder
-    (AttnLRP paper: "on the embedding output"), the normalised ``[B, 3, H, W]`` pixels of a ViT. Detached."""
+    """The model input the attributions are taken with respect to: the ``[B, T, D]`` word embeddings of a language
+    model (AttnLRP paper: "on the embedding output"), the normalised ``[B, 3, H, W]`` pixels of a ViT. Detached."""
     if twin.modality == "tokens":
         return twin.embed(prepared.input_ids).detach()
     return prepared.pixels.detach()
 
 
-def logits_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options) -> torch.Tensor:
-    """``[B, C]`` logits of the explained position from the input ``x`` (shape of :func:`input_of`) with the rows of
-    ``prepared`` (attention mask and explained position of a decoder). ``options``: the twin's forward options
-    (``causal``, ``attention``)."""
+@contextmanager
+def _embeddings_from(twin, x: torch.Tensor):
+    """Token twins build their input leaf with ``twin.embed(input_ids)``; inside this block (on this twin object
+    only, never on a library class) that call returns ``x`` instead, so the forward runs from ``x`` and gradients
+    reach it."""
+    twin.embed = lambda input_ids: x
+    try:
+        yield
+    finally:
+        del twin.embed
+
+
+def forward_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options):
+    """The twin's forward record (``.logits`` ``[B, C]`` at the explained position) from the input ``x`` (shape of
+    :func:`input_of`) with the rows of ``prepared`` (attention mask, explained position); under ``grad_x_input``
+    this is the library's own function (the twins' parity tests). ``options``: the twin's forward options."""
     if twin.modality == "tokens":
-        return twin.forward(x, prepared.attention_mask, prepared.last_index, composite, positional_sinks=False,
-                            **options).logits
-    return twin.forward(x, composite, **options).logits
+        with _embeddings_from(twin, x):
+            return twin.run(prepared, composite, positional_sinks=False, **options)
+    return twin.forward(x, composite, **options)
+
+
+def logits_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options) -> torch.Tensor:
+    """``[B, C]`` logits of :func:`forward_from`."""
+    return forward_from(twin, prepared, x, composite, **options).logits
 
 
 def select_rows(prepared, rows: torch.Tensor):
@@ -104,16 +125,19 @@ def select_rows(prepared, rows: torch.Tensor):
     return type(prepared)(**values)
 
 
-def attention_row(twin, prepared) -> torch.Tensor:
-    """``[B]`` query row of the explained output in the attention matrices: the explained (last real) token of a
-    decoder, the CLS token (row 0) of a ViT."""
-    if twin.modality == "tokens":
-        return prepared.last_index
-    return torch.zeros(prepared.pixels.shape[0], dtype=torch.long, device=prepared.pixels.device)
+def attention_row(call: "AttributorCall") -> torch.Tensor:
+    """``[B]`` query row of the explained output in the attention matrices: the explained token of a language
+    model, the CLS token (row 0) of a ViT that classifies from it (others are refused in one line)."""
+    if call.modality == "tokens":
+        return call.explained_index
+    if getattr(call.twin.model, "global_pool", "token") != "token":
+        raise UnsupportedModelError(f"{call.method.name} reads the CLS row of the attention, but this ViT pools "
+                                    f"{call.twin.model.global_pool!r}", "use a ViT that classifies from its CLS token")
+    return torch.zeros(call.batch, dtype=torch.long, device=call.prepared.pixels.device)
 
 
 def prefix_tokens(twin) -> int:
-    """Tokens in front of the features: the CLS (and distillation) token of a ViT, none for a decoder."""
+    """Tokens in front of the features: the CLS (and distillation / register) tokens of a ViT, none for text."""
     return 0 if twin.modality == "tokens" else int(twin.num_prefix)
 
 
@@ -161,12 +185,6 @@ def sample_seed(twin, prepared, index: int, seed: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-def plain_logits(twin, prepared, options: dict) -> torch.Tensor:
-    """Logits of one plain forward without gradients (target resolution, the explained logit)."""
-    with torch.no_grad():
-        return logits_from(twin, prepared, input_of(twin, prepared), **options)
-
-
 def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: str) -> Explanation:
     """The :class:`Explanation` of an attributor result (module docstring)."""
     twin, prepared = call.twin, call.prepared
@@ -179,7 +197,7 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
         valid = valid_tokens(twin, prepared)
         scores = torch.where(valid, relevance, torch.zeros_like(relevance))
         positional = scores.new_zeros(scores.shape[0], 0, 2, scores.shape[1])
-        extras["explained_index"] = prepared.last_index
+        extras["explained_index"] = call.explained_index
         return Explanation(scores=scores, semantic=scores, positional=positional, logit=logit, target=call.target,
                            method=call.method.name, rules=call.method.attributor, aggregation=aggregation,
                            attention_mask=prepared.attention_mask, extras=extras)
@@ -199,6 +217,12 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
 def make_call(twin, prepared, method: Method, params: dict, target, options: dict,
               batch_size: int | None) -> AttributorCall:
     """Resolve the explained output (arg-max unless ``target`` says otherwise) with one plain forward."""
-    logits = plain_logits(twin, prepared, options)
-    return AttributorCall(twin, prepared, method, params, resolve_target(target, logits), logits.float(), options,
+    with torch.no_grad():
+        out = forward_from(twin, prepared, input_of(twin, prepared), **options)
+    index = None
+    if twin.modality == "tokens":
+        index = getattr(out, "explained_index", None)
+        index = getattr(out, "last_index", None) if index is None else index
+    logits = out.logits.float()
+    return AttributorCall(twin, prepared, method, params, resolve_target(target, logits), logits, index, options,
                           batch_size)

@@ -26,7 +26,7 @@ __all__ = ["grad_cam"]
 def grad_cam(call: AttributorCall) -> AttributorResult:
     last = layer_attention(call, with_grad=True)[-1]
     idx = torch.arange(call.batch, device=last.weights.device)
-    rows = attention_row(call.twin, call.prepared).to(last.weights.device)
+    rows = attention_row(call).to(last.weights.device)
     a = last.weights.double()[idx, :, rows]  # [B, H, T]
     g = last.grad.double()[idx, :, rows]
     start = prefix_tokens(call.twin)

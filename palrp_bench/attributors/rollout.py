@@ -53,7 +53,7 @@ def rollout(layers: list[torch.Tensor], valids: list[torch.Tensor | None], thres
 
 
 def _result(call: AttributorCall, r: torch.Tensor, backward: int) -> AttributorResult:
-    rows = attention_row(call.twin, call.prepared).to(r.device)
+    rows = attention_row(call).to(r.device)
     relevance = r[torch.arange(r.shape[0], device=r.device), rows]  # [B, T]
     ones = torch.ones(call.batch, dtype=torch.long)
     if call.modality == "tokens":
