@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # The numerics-sensitive tests run a second time with PyTorch's AVX2 kernels, so a tolerance that holds only with
 # this machine's AVX-512 kernels fails here instead of on a user's CPU (tolerances come from float32/float64
 # rounding; nothing is compared bitwise against values saved on one machine).
-NUMERIC_TESTS := tests/lrp tests/methods tests/models tests/evaluation tests/metrics
+NUMERIC_TESTS := tests/lrp tests/methods tests/models tests/evaluation tests/metrics tests/attributors
 
 test: setup
 	$(PY) -m pytest -q tests
