@@ -41,6 +41,9 @@ class Composite:
     * ``product``: ``uniform`` | ``gradient`` (elementwise products: gate*up, q*cos, rot(q)*sin)
     * ``attn_weights_share`` / ``attn_value_share``: split of the relevance of ``A @ V``
     * ``attn_qk_share``: split of the relevance of ``Q K^T`` (to each of Q and K)
+    * ``softcap``: ``identity`` | ``gradient``, the rule on soft-capping ``c * tanh(x / c)`` of attention scores
+      and logits (Gemma 2); identity in every LRP composite (CP-LRP included: its scores are constants anyway, and
+      a constant cap on the logits would stop all relevance)
     * ``linear_gamma``: gamma of the generalised gamma rule per linear-layer role (vision only; an empty
       mapping means the epsilon rule, i.e. plain gradient, everywhere)
     * ``stabilizable``: the epsilon-type rules take the ``stabilizers`` switch (:mod:`palrp_bench.lrp.stabilizers`);
@@ -54,6 +57,7 @@ class Composite:
     attn_weights_share: float = 0.5
     attn_value_share: float = 0.5
     attn_qk_share: float = 0.5
+    softcap: str = "identity"
     linear_gamma: dict = field(default_factory=dict)
     stabilizable: bool = True
 
@@ -69,7 +73,8 @@ ATTNLRP = Composite("attnlrp")
 CP_LRP = Composite("cp_lrp", activation="constant", norm="identity", product="uniform",
                    attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5)
 GRAD_X_INPUT = Composite("grad_x_input", activation="gradient", norm="gradient", product="gradient",
-                         attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0, stabilizable=False)
+                         attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0, softcap="gradient",
+                         stabilizable=False)
 OFFICIAL_VIT = Composite("official_vit", activation="identity", norm="identity", product="uniform",
                          attn_weights_share=0.0, attn_value_share=0.5, attn_qk_share=0.5,
                          linear_gamma={"head": 0.05, "mlp": 0.05, "patch_embed": 100.0})

@@ -74,13 +74,17 @@ class RopeRelevance:
 
 @register_positional
 class RoPE(PositionalKind):
-    """Rotary position embedding (LLaMA family).
+    """Rotary position embedding (LLaMA, Mistral, Qwen, Gemma, Phi-3, GPT-NeoX), full or partial.
 
-    * sinks: one fresh leaf copy of ``(cos, sin)`` per layer (multi-sink), shared by the q and k sides;
+    * sinks: one fresh leaf copy of ``(cos, sin)`` per layer (multi-sink), shared by the q and k sides (a family
+      with several rotary tables, e.g. Gemma 3's local and global ones, gives each layer a copy of its own table);
     * rule: ``x*cos + rot(x)*sin`` with the uniform rule on each product, so half of the relevance of each rotated
-      query/key element goes to ``x`` and half to ``cos`` / ``sin`` (paper Eq. 10);
+      query/key element goes to ``x`` and half to ``cos`` / ``sin`` (paper Eq. 10). Partial rotary (GPT-NeoX,
+      Phi-3 with ``partial_rotary_factor < 1``): the tables are narrower than a head, only the first
+      ``rotary_dim = cos.shape[-1]`` dimensions go through the products (and feed the sinks), the others pass
+      through unchanged, as in the Hugging Face modeling files;
     * identity: per layer and token, ``R(cos) + R(sin) = (R(q~) + R(k~)) / 2`` where ``q~``, ``k~`` are the rotated
-      queries and keys.
+      dimensions of the queries and keys.
     """
 
     name = "rope"
@@ -99,10 +103,17 @@ class RoPE(PositionalKind):
 
     @staticmethod
     def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, product_rule: str) -> torch.Tensor:
-        """``x*cos + rot(x)*sin`` for ``x`` ``[B, H, T, d]`` and ``cos``/``sin`` ``[B, T, d]``, each product under
-        ``product_rule`` (``uniform`` in every LRP composite)."""
+        """``x*cos + rot(x)*sin`` for ``x`` ``[B, H, T, d]`` and ``cos``/``sin`` ``[B, T, r]``, each product under
+        ``product_rule`` (``uniform`` in every LRP composite); with ``r < d`` (partial rotary) only ``x[..., :r]`` is
+        rotated and ``x[..., r:]`` passes through."""
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
+        rotary = cos.shape[-1]
+        if rotary != x.shape[-1]:
+            x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+            rotated = (rules.product(x_rot, cos, rule=product_rule)
+                       + rules.product(rules.rotate_half(x_rot), sin, rule=product_rule))
+            return torch.cat((rotated, x_pass), dim=-1)
         return rules.product(x, cos, rule=product_rule) + rules.product(rules.rotate_half(x), sin, rule=product_rule)
 
     @staticmethod

@@ -12,6 +12,7 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 | product of n operands             | uniform 1/n                    | :func:`product`                   |
 | softmax                           | AttnLRP softmax rule           | plain autograd (x * grad IS it)   |
 | LayerNorm / RMSNorm               | identity on the normaliser     | :func:`rms_norm`, :func:`layer_norm` |
+| soft-capping ``c * tanh(x / c)``  | identity                       | :func:`softcap`                   |
 | attention (Q K^T, A V)            | uniform on both matmuls        | :func:`attention`                 |
 | attention in CP-LRP               | value path only                | :func:`attention` with A constant |
 | epsilon-rule denominator ``z+eps``| official stabilisers (opt-in)  | :func:`stabilize`                 |
@@ -39,6 +40,7 @@ __all__ = [
     "product",
     "rms_norm",
     "layer_norm",
+    "softcap",
     "attention",
     "rotate_half",
     "AttentionRecorder",
@@ -152,11 +154,16 @@ def product(*operands: torch.Tensor, rule: str) -> torch.Tensor:
     return out
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str) -> torch.Tensor:
-    """LLaMA RMSNorm, computed as Hugging Face does (float32 statistics, cast back, then weight).
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str, *, offset: float = 0.0,
+             weight_before_cast: bool = False) -> torch.Tensor:
+    """RMSNorm, computed as Hugging Face does (float32 statistics, cast back, then weight).
 
     ``"identity"``: the normaliser ``rsqrt(mean(x^2) + eps)`` is a constant (AttnLRP paper section 3.3.3), so
-    relevance passes through unchanged up to the (linear) weight. ``"gradient"``: plain autograd.
+    relevance passes through unchanged up to the (linear) gain. ``"gradient"``: plain autograd.
+
+    The gain is ``offset + weight`` (Gemma: ``offset=1``, weights stored centred on 0). ``weight_before_cast``:
+    the gain multiplies in the statistics dtype before the cast back (Gemma: ``(x * (1 + w)).to(dtype)``);
+    otherwise after it (LLaMA: ``w * x.to(dtype)``). Both are linear in ``x`` once the normaliser is constant.
     """
     dtype = x.dtype
     h = x.to(torch.promote_types(dtype, torch.float32))  # HF computes in float32; float64 stays float64
@@ -165,8 +172,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str
         inv = inv.detach()
     elif rule != "gradient":
         raise ValueError(f"unknown norm rule {rule!r}; expected identity or gradient")
+    if weight_before_cast:
+        h = h * inv
+        if weight is not None:
+            h = h * (offset + weight.to(h.dtype))
+        return h.to(dtype)
     h = (h * inv).to(dtype)
-    return h if weight is None else weight * h
+    if weight is None:
+        return h
+    return (weight if offset == 0.0 else offset + weight) * h
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
@@ -184,6 +198,19 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     if bias is not None:
         y = y + bias
     return y
+
+
+def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
+    """Soft-capping ``cap * tanh(x / cap)`` (Gemma 2: attention scores before the softmax, final logits), an
+    elementwise nonlinearity under the rule of :func:`activation`.
+
+    ``"identity"`` (AttnLRP's rule for elementwise nonlinearities, the one palrp-bench applies in every LRP
+    composite): ``R_x = R_y``, so capping neither creates nor absorbs relevance; ``"gradient"``: plain autograd
+    (Gradient x Input). ``"constant"`` is not offered: a constant cap would stop all relevance at the logits.
+    """
+    if rule not in ("identity", "gradient"):
+        raise ValueError(f"unknown soft-capping rule {rule!r}; expected identity or gradient")
+    return activation(x, lambda t: torch.tanh(t / cap) * cap, rule)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -260,8 +287,9 @@ def attention_hooks(*, recorder: AttentionRecorder | None = None,
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None, causal: bool,
               scale: float, weights_share: float, value_share: float, qk_share: float,
               implementation: str = "sdpa", recorder: AttentionRecorder | None = None, qk_eps: float = 0.0,
-              mask_eps: float = 0.0, av_eps: float = 0.0) -> torch.Tensor:
-    """Scaled dot-product attention ``softmax(Q K^T * scale + mask) V`` under LRP rules.
+              mask_eps: float = 0.0, av_eps: float = 0.0, score_softcap: float | None = None,
+              softcap_rule: str = "identity") -> torch.Tensor:
+    """Scaled dot-product attention ``softmax(cap(Q K^T * scale) + mask) V`` under LRP rules.
 
     The relevance split is given by three shares (DESIGN.md "Consequences"):
 
@@ -283,6 +311,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     ``mask_eps`` on the scaled scores where a mask is added to them (the official code adds an additive mask with
     the epsilon rule whenever a causal or padding mask exists), ``av_eps`` on ``A @ V``. The two on the scores need
     them materialised: eager path only (the fused path refuses them when relevance flows through the weights).
+
+    ``score_softcap``: scores are soft-capped ``c * tanh(s / c)`` before masking (Gemma 2) under ``softcap_rule``
+    (:func:`softcap`). Fused SDPA cannot cap scores, so capped attention always takes the eager path.
     """
     hooks = _HOOKS.get()
     if hooks is not None:
@@ -296,6 +327,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
                 raise ValueError("recording attention weights needs implementation='eager'")
             recorder = hooks.recorder
     n_rep = q.shape[1] // k.shape[1]
+    if score_softcap is not None and implementation == "sdpa":
+        implementation = "eager"
     if implementation == "sdpa" and weights_share != 0 and (qk_eps or (mask_eps and (causal or mask is not None))):
         raise ValueError("stabilisers on the attention scores (qk_eps, mask_eps) need implementation='eager'")
     if implementation == "sdpa":
@@ -317,6 +350,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     qs = scale_grad(q, qk_share)
     ks = scale_grad(k, qk_share)
     scores = stabilize(torch.matmul(qs, ks.transpose(-1, -2)), qk_eps) * scale
+    if score_softcap is not None:
+        scores = softcap(scores, score_softcap, softcap_rule)
     valid = mask
     if causal:
         cm = _causal_mask(q.shape[2], q.device)

@@ -44,20 +44,25 @@ def softmax_rule(x, R_out, dim=-1):
     return x * (R_out - s * R_out.sum(dim, keepdim=True))
 
 
-def attention_attnlrp(q, k, v, scale, R_out, valid=None, qk_eps=0.0, mask_eps=0.0, av_eps=0.0):
-    """Relevance of q, k, v for O = softmax(q k^T * scale + M) v (per head, [H, T, d]); masked scores excluded.
+def attention_attnlrp(q, k, v, scale, R_out, valid=None, qk_eps=0.0, mask_eps=0.0, av_eps=0.0, cap=None):
+    """Relevance of q, k, v for O = softmax(cap(q k^T * scale) + M) v (per head, [H, T, d]); masked scores excluded.
 
     Stabilisers as in the official code: ``av_eps`` in the uniform-epsilon rule of A @ V, ``mask_eps`` in the
     epsilon rule of the additive mask ``S + M`` (M = 0 where attended, -inf elsewhere; only when a mask exists),
-    ``qk_eps`` in the uniform-epsilon rule of the unscaled q @ k^T."""
+    ``qk_eps`` in the uniform-epsilon rule of the unscaled q @ k^T.
+
+    ``cap``: scores are soft-capped ``cap * tanh(S / cap)`` before the softmax (Gemma 2), an elementwise
+    nonlinearity under the identity rule: the relevance of the raw scores is that of the capped ones."""
     S = (q @ k.transpose(-1, -2)) * scale
+    if cap is not None:
+        S = torch.tanh(S / cap) * cap
     if valid is not None:
         S = S.masked_fill(~valid, float("-inf"))
     A = torch.softmax(S, -1)
     R_A, R_V = matmul_uniform_epsilon(A, v, R_out, av_eps)
     S_fin = torch.where(torch.isfinite(S), S, torch.zeros_like(S))
     s = A
-    R_S = S_fin * (R_A - s * R_A.sum(-1, keepdim=True))
+    R_S = S_fin * (R_A - s * R_A.sum(-1, keepdim=True))  # identity rule through the cap: R(raw) = R(capped)
     absorbed = R_A.sum() - R_S.sum()  # what the softmax rule keeps
     if valid is not None:  # z = S + M: the attended entries keep S / (S + eps) of their relevance
         R_S = torch.where(valid, S_fin / (S_fin + mask_eps) * R_S, torch.zeros_like(R_S))
