@@ -2,24 +2,28 @@
 
 A *twin* wraps a loaded Hugging Face model without touching it. It calls the model's own linear modules
 (``q_proj``, ``gate_proj``, ``lm_head``, ``score``, ...; bitsandbytes ``Linear4bit`` works unchanged) and its own
-rotary module (so every rope scaling type the library supports is honoured), and re-implements only the wiring
-with the rules of :mod:`palrp_bench.lrp.rules` under a :class:`~palrp_bench.lrp.composites.Composite`:
+rotary module (so every rope scaling type the library supports is honoured: linear, llama3, yarn, LongRoPE, ...),
+and re-implements only the wiring with the rules of :mod:`palrp_bench.lrp.rules` under a
+:class:`~palrp_bench.lrp.composites.Composite`:
 
-* the norm with its normaliser constant (identity rule), the MLP activation under the identity rule, the gated
-  product under the uniform rule;
-* the positional encoding of the spec's kind (:mod:`palrp_bench.lrp.positional`; RoPE: per-layer (cos, sin)
-  sinks when asked for, constants otherwise);
-* attention through fused SDPA with gradient scaling (or an eager path with explicit weights for the ledger).
+* the norms with their normaliser constant (identity rule; RMSNorm, Gemma's ``(1 + w)`` RMSNorm, LayerNorm with
+  bias), the MLP activation under the identity rule, the gated product under the uniform rule;
+* the positional encoding of the spec's kind (:mod:`palrp_bench.lrp.positional`; RoPE, full or partial: per-layer
+  (cos, sin) sinks when asked for, constants otherwise; one table per layer type where the family has several);
+* attention through fused SDPA with gradient scaling (or an eager path with explicit weights for the ledger, which
+  soft-capped scores always take); sliding windows are part of the boolean mask.
 
-What differs between families is data: a :class:`DecoderSpec` names the modules, the norm, the MLP and the
-positional kind, and :func:`register_decoder` makes it known. A new family is one spec in its own module of this
-package (e.g. ``models/llama.py``) plus its tests; the twin registry imports every module of the package.
+What differs between families is data: a :class:`DecoderSpec` names the modules and says which of the options
+below the family uses, and :func:`register_decoder` makes it known. A new family is one spec in its own module of
+this package (e.g. ``models/llama.py``, ``models/gemma2.py``) plus its tests; the twin registry imports every module
+of the package.
 
 Parity tests pin each spec's logits to the library's forward (tests/models/).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Callable
 
 import torch
@@ -33,54 +37,121 @@ from .loading import keep_4bit_differentiable
 from .registry import discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
-           "TwinOutput", "HEADS"]
+           "TwinOutput", "HEADS", "layer_windows", "check_layer_types", "check_causal"]
 
 #: Hugging Face head classes a decoder twin explains, by class-name suffix: "causal" (next-token logits at the last
-#: real position) and "classifier" (sequence classification pooled at the last real token)
-HEADS = {"ForCausalLM": "causal", "ForSequenceClassification": "classifier"}
+#: real position; a multimodal ``*ForConditionalGeneration`` explained on text only) and "classifier" (sequence
+#: classification pooled at the last real token)
+HEADS = {"ForCausalLM": "causal", "ForConditionalGeneration": "causal", "ForSequenceClassification": "classifier"}
+
+NORMS = ("rms", "layer")
+MLPS = ("gated", "plain")
+QKV_LAYOUTS = ("concat", "per_head")
+SLIDING_WINDOWS = ("none", "all_layers", "layer_types")
+ROPE_TABLES = ("single", "per_layer_type")
 
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """A pre-norm decoder family, declaratively.
+    """A pre-norm decoder family, declaratively (every option is read off the family's Hugging Face modeling file).
+
+    Identity and refusals:
 
     * ``family``: its name; ``model_types``: the ``config.model_type`` values it covers.
-    * ``norm``: ``"rms"`` (RMSNorm, HF-style float32 statistics); ``norm_eps``: None = the module's own epsilon.
-    * ``mlp``: ``"gated"`` (``down(act(gate(h)) * up(h))``).
-    * ``positional``: a kind of :mod:`palrp_bench.lrp.positional` (``"rope"``).
-    * module names on the Hugging Face model: ``backbone`` (``model.model``), ``embed_tokens``, ``layers``,
-      ``final_norm``, ``rotary``, the attention block and its projections, the two norms of a layer, the MLP and
-      its projections, and the heads (``lm_head`` / ``classifier_head``).
-    * ``checks``: functions of the config returning a reason when a configuration is not supported (refused with
-      one line).
+    * ``checks``: functions of the (text) config returning a reason when a configuration is not supported
+      (refused with one line).
+
+    Norms:
+
+    * ``norm``: ``"rms"`` (RMSNorm, float32 statistics at least) or ``"layer"`` (LayerNorm with weight and bias);
+      ``norm_eps``: None = the module's own epsilon.
+    * ``norm_offset``: the gain is ``norm_offset + weight`` (Gemma: ``1 + w``, weights stored centred on 0).
+    * ``norm_weight_before_cast``: the gain multiplies in the statistics dtype before the cast back (Gemma:
+      ``(x * w).to(dtype)``; LLaMA: ``w * x.to(dtype)``). Equal in float32, different in bfloat16.
+    * ``qk_norm``: names of per-head norms on queries and keys before the rotation (Qwen3, Gemma 3), or None.
+    * ``attention_out_norm`` / ``mlp_out_norm``: "sandwich" norms on the attention and MLP outputs before the
+      residual add (Gemma 2/3: ``post_attention_layernorm``, ``post_feedforward_layernorm``), or None.
+
+    Blocks:
+
+    * ``mlp``: ``"gated"`` (``down(act(gate(h)) * up(h))``) or ``"plain"`` (``down(act(up(h)))``, GPT-NeoX);
+      ``fused_gate_up``: name of one projection whose output halves are gate then up (Phi-3), or None.
+    * ``fused_qkv``: name of one projection computing q, k and v (or None: ``q_proj``, ``k_proj``, ``v_proj``);
+      ``qkv_layout``: ``"concat"`` (``[q | k | v]``, Phi-3) or ``"per_head"`` (``[q_h k_h v_h]`` per head, GPT-NeoX).
+    * ``head_dim_attr``: the attention module's head-size attribute.
+    * ``parallel_residual``: name of the config flag switching GPT-NeoX's ``x + attn(ln1(x)) + mlp(ln2(x))`` on, or
+      None (sequential residuals).
+
+    Positions and attention:
+
+    * ``positional``: a kind of :mod:`palrp_bench.lrp.positional` (``"rope"``; partial rotary follows from the width
+      of the rotary module's tables).
+    * ``rope_tables``: ``"single"`` (one rotary table) or ``"per_layer_type"`` (Gemma 3: ``rotary(x, pos,
+      layer_type)``, a local and a global table; each layer's sinks are copies of its own table).
+    * ``sliding_window``: ``"none"``, ``"all_layers"`` (``config.sliding_window`` on every layer when set: Mistral,
+      Phi-3) or ``"layer_types"`` (on the layers whose ``config.layer_types`` entry is ``sliding_attention``).
+    * ``attention_softcap`` / ``final_softcap``: names of config fields holding ``c`` of the soft-capping
+      ``c * tanh(s / c)`` of attention scores / of the causal LM's logits (Gemma 2), or None. The attention scale is
+      always the module's own ``scaling`` (Gemma: ``query_pre_attn_scalar ** -0.5``).
+
+    Module names on the Hugging Face model: ``backbone`` (dotted path from the model, e.g. ``model`` or
+    ``model.language_model``), ``embed_tokens`` (Gemma's scaled embedding module includes its ``sqrt(hidden)``
+    factor, so the semantic sink is the scaled embedding: Gradient x Input is the same for either), ``layers``,
+    ``final_norm``, ``rotary``, the attention block and its projections, the layer norms, the MLP and its
+    projections, the activation, and the heads (``lm_head`` / ``classifier_head``).
     """
 
     family: str
     model_types: tuple[str, ...]
     norm: str = "rms"
     norm_eps: float | None = None
+    norm_offset: float = 0.0
+    norm_weight_before_cast: bool = False
     mlp: str = "gated"
     positional: str = "rope"
+    rope_tables: str = "single"
+    sliding_window: str = "none"
+    attention_softcap: str | None = None
+    final_softcap: str | None = None
+    parallel_residual: str | None = None
     backbone: str = "model"
     embed_tokens: str = "embed_tokens"
     layers: str = "layers"
     final_norm: str = "norm"
     rotary: str = "rotary_emb"
     attention: str = "self_attn"
+    head_dim_attr: str = "head_dim"
     q_proj: str = "q_proj"
     k_proj: str = "k_proj"
     v_proj: str = "v_proj"
+    fused_qkv: str | None = None
+    qkv_layout: str = "concat"
+    qk_norm: tuple[str, str] | None = None
     o_proj: str = "o_proj"
     attention_norm: str = "input_layernorm"
+    attention_out_norm: str | None = None
     mlp_norm: str = "post_attention_layernorm"
+    mlp_out_norm: str | None = None
     mlp_block: str = "mlp"
     gate_proj: str = "gate_proj"
     up_proj: str = "up_proj"
+    fused_gate_up: str | None = None
     down_proj: str = "down_proj"
     activation: str = "act_fn"
     lm_head: str = "lm_head"
     classifier_head: str = "score"
     checks: tuple[Callable[[object], str | None], ...] = field(default=())
+
+    def problems(self) -> list[str]:
+        """Options this twin does not implement (a spec typo), as readable phrases; empty when all is well."""
+        out = []
+        for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS),
+                                     ("qkv_layout", self.qkv_layout, QKV_LAYOUTS),
+                                     ("sliding_window", self.sliding_window, SLIDING_WINDOWS),
+                                     ("rope_tables", self.rope_tables, ROPE_TABLES)):
+            if value not in allowed:
+                out.append(f"{name} {value!r} (expected one of {', '.join(allowed)})")
+        return out
 
 
 DECODER_SPECS: dict[str, DecoderSpec] = {}
@@ -108,11 +179,51 @@ def head_of(model) -> str | None:
     return next((kind for suffix, kind in HEADS.items() if name.endswith(suffix)), None)
 
 
+def layer_windows(spec: DecoderSpec, config, n_layers: int) -> list[int | None]:
+    """The sliding-window size of each layer (None = full attention), as the family's modeling file decides it.
+
+    A window ``w`` lets query ``i`` see keys ``j`` with ``i - w < j <= i`` (Hugging Face's sliding-window overlay).
+    """
+    window = getattr(config, "sliding_window", None)
+    if spec.sliding_window == "none" or window is None:
+        return [None] * n_layers
+    if spec.sliding_window == "all_layers":
+        return [int(window)] * n_layers
+    types = list(getattr(config, "layer_types", None) or ["full_attention"] * n_layers)
+    return [int(window) if kind == "sliding_attention" else None for kind in types[:n_layers]]
+
+
+def check_layer_types(config) -> str | None:
+    """Refusal reason for ``layer_types`` the twin cannot reproduce (a :attr:`DecoderSpec.checks` entry)."""
+    types = getattr(config, "layer_types", None) or []
+    other = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if other:
+        return f"layer types {', '.join(other)} are not supported (only full_attention and sliding_attention)"
+    if "sliding_attention" in types and getattr(config, "sliding_window", None) is None:
+        return "layer_types has sliding_attention layers but config.sliding_window is None"
+    return None
+
+
+def check_causal(config) -> str | None:
+    """Refusal reason for a decoder configured with bidirectional attention (embedding variants)."""
+    if getattr(config, "use_bidirectional_attention", False):
+        return "use_bidirectional_attention=True (an embedding model) is not supported; load a causal checkpoint"
+    return None
+
+
 def _norm_eps(module, spec: DecoderSpec) -> float:
     if spec.norm_eps is not None:
         return spec.norm_eps
     eps = getattr(module, "variance_epsilon", None)
     return float(eps if eps is not None else module.eps)
+
+
+def _resolve(obj, dotted: str):
+    return reduce(getattr, dotted.split("."), obj)
+
+
+def _config_value(config, name: str | None):
+    return None if name is None else getattr(config, name, None)
 
 
 @dataclass
@@ -121,8 +232,8 @@ class TwinOutput:
 
     ``logits``: ``[B, C]`` classifier logits (pooled at the last non-pad token) or next-token logits at the last
     non-pad position for a causal LM. ``embeds``: the ``[B, T, D]`` input-embedding leaf (semantic sink).
-    ``cos``/``sin``: one leaf per layer (``[B, T, head_dim]``) when positional sinks are on, else empty lists.
-    ``all_logits``: ``[B, T, V]`` only when requested (parity tests).
+    ``cos``/``sin``: one leaf per layer (``[B, T, rotary_dim]``; ``rotary_dim < head_dim`` for partial rotary) when
+    positional sinks are on, else empty lists. ``all_logits``: ``[B, T, V]`` only when requested (parity tests).
     """
 
     logits: torch.Tensor
@@ -158,7 +269,8 @@ class DecoderTwin:
     @classmethod
     def family(cls) -> str:
         discover()
-        return "decoders (" + ", ".join(sorted(DECODER_SPECS)) + "; *ForCausalLM, *ForSequenceClassification)"
+        return ("decoders (" + ", ".join(sorted(DECODER_SPECS)) + "; *ForCausalLM, *ForSequenceClassification, "
+                "text-only *ForConditionalGeneration)")
 
     @classmethod
     def supports(cls, model) -> bool:
@@ -172,27 +284,35 @@ class DecoderTwin:
         if spec is None or head is None:
             raise UnsupportedModelError(f"no decoder spec for {type(model).__name__}",
                                         f"supported: {self.family()}")
-        unsupported = ([f"norm {spec.norm!r}"] if spec.norm != "rms" else []) + \
-                      ([f"mlp {spec.mlp!r}"] if spec.mlp != "gated" else [])
+        unsupported = spec.problems()
         if unsupported:
             raise UnsupportedModelError(f"decoder spec {spec.family}: {', '.join(unsupported)} not implemented",
-                                        "use norm='rms' and mlp='gated'")
+                                        "fix the spec's options (palrp_bench/models/decoder.py lists them)")
+        config = model.config.get_text_config()
         for check in spec.checks:
-            reason = check(model.config)
+            reason = check(config)
             if reason:
                 raise UnsupportedModelError(f"{type(model).__name__}: {reason}",
                                             "use a configuration the twin reproduces (see docs/engine.md)")
         self.spec = spec
         self.model = model
-        self.config = model.config
+        self.config = config
         self.is_classifier = head == "classifier"
-        base = getattr(model, spec.backbone)
+        base = _resolve(model, spec.backbone)
         self.embed_tokens = getattr(base, spec.embed_tokens)
         self.layers = getattr(base, spec.layers)
         self.final_norm = getattr(base, spec.final_norm)
         self.rotary = getattr(base, spec.rotary)
         self.head = getattr(model, spec.classifier_head if self.is_classifier else spec.lm_head)
         self.positional = get_positional(spec.positional)
+        self.windows = layer_windows(spec, config, len(self.layers))
+        self.layer_types = (list(config.layer_types)[:len(self.layers)] if spec.rope_tables == "per_layer_type"
+                            else [None] * len(self.layers))
+        self.attention_softcap = _config_value(config, spec.attention_softcap)
+        # only a *ForCausalLM head caps its logits (classifiers and the multimodal Gemma 3 head do not)
+        self.final_softcap = (_config_value(config, spec.final_softcap)
+                              if type(model).__name__.endswith("ForCausalLM") else None)
+        self.parallel_residual = bool(_config_value(config, spec.parallel_residual))
         keep_4bit_differentiable(model)
 
     # ------------------------------------------------------------------ helpers
@@ -291,64 +411,141 @@ class DecoderTwin:
         """One LRP-aware forward from the embedding leaf to the logits at ``last_index``.
 
         ``causal=False`` reproduces the official code's defect for ARC/Wikipedia (docs/protocol.md section 2:
-        no causal mask reached the attention). ``attention="eager"`` materialises the attention weights
-        (same relevance; required by ``recorder``).
+        no causal mask reached the attention; a sliding window then becomes the symmetric band ``|i - j| < w``).
+        ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
         """
         b, t, _ = embeds.shape
         if attention_mask is None:
             attention_mask = torch.ones(b, t, dtype=torch.long, device=embeds.device)
         if position_ids is None:
             position_ids = self.position_ids(attention_mask)
-        mask = _attention_mask(attention_mask)
+        masks = {window: _attention_mask(attention_mask, window, causal) for window in set(self.windows)}
         with torch.no_grad():
-            cos, sin = self.rotary(embeds, position_ids)
+            if self.spec.rope_tables == "per_layer_type":
+                tables = {kind: self.rotary(embeds, position_ids, kind) for kind in set(self.layer_types)}
+            else:
+                tables = {None: self.rotary(embeds, position_ids)}
         cos_leaves, sin_leaves = [], []
         x = embeds
-        for layer in self.layers:
-            c, s = self.positional.layer_sinks(cos, sin, positional_sinks)
+        for index, layer in enumerate(self.layers):
+            c, s = self.positional.layer_sinks(*tables[self.layer_types[index]], positional_sinks)
             if positional_sinks:
                 cos_leaves.append(c)
                 sin_leaves.append(s)
-            x = self._layer(layer, x, c, s, mask, composite, causal, attention, recorder)
+            x = self._layer(layer, x, c, s, masks[self.windows[index]], composite, causal, attention, recorder)
         hidden = x[torch.arange(b, device=x.device), last_index]
-        logits = self.head(self._norm(self.final_norm, hidden, composite))
-        all_logits = self.head(self._norm(self.final_norm, x, composite)) if return_all_logits else None
+        logits = self._logits(hidden, composite)
+        all_logits = self._logits(x, composite) if return_all_logits else None
         return TwinOutput(logits, embeds, cos_leaves, sin_leaves, last_index, all_logits)
 
-    def _norm(self, module, x: torch.Tensor, composite: Composite) -> torch.Tensor:
-        return rules.rms_norm(x, module.weight, _norm_eps(module, self.spec), composite.norm)
+    def _logits(self, hidden: torch.Tensor, composite: Composite) -> torch.Tensor:
+        logits = self.head(self._norm(self.final_norm, hidden, composite))
+        if self.final_softcap is not None:
+            logits = rules.softcap(logits, float(self.final_softcap), composite.softcap)
+        return logits
 
-    def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder):
+    def _norm(self, module, x: torch.Tensor, composite: Composite) -> torch.Tensor:
+        spec = self.spec
+        if spec.norm == "layer":
+            return rules.layer_norm(x, module.weight, module.bias, _norm_eps(module, spec), composite.norm)
+        if spec.norm_offset == 0.0 and not spec.norm_weight_before_cast:
+            return rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm)
+        return rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm, offset=spec.norm_offset,
+                              weight_before_cast=spec.norm_weight_before_cast)
+
+    def _qkv(self, attn, h: torch.Tensor, hd: int):
+        """Queries ``[B, H, T, d]``, keys and values ``[B, Hkv, T, d]`` from the attention input."""
+        spec = self.spec
+        b, t, _ = h.shape
+        if spec.fused_qkv is None:
+            q = getattr(attn, spec.q_proj)(h).view(b, t, -1, hd).transpose(1, 2)
+            k = getattr(attn, spec.k_proj)(h).view(b, t, -1, hd).transpose(1, 2)
+            v = getattr(attn, spec.v_proj)(h).view(b, t, -1, hd).transpose(1, 2)
+            return q, k, v
+        fused = getattr(attn, spec.fused_qkv)(h)
+        if spec.qkv_layout == "per_head":  # GPT-NeoX: [q_h | k_h | v_h] per head
+            return fused.view(b, t, -1, 3 * hd).transpose(1, 2).chunk(3, dim=-1)
+        n_q = self.config.num_attention_heads * hd
+        n_kv = self.config.num_key_value_heads * hd
+        q, k, v = fused[..., :n_q], fused[..., n_q:n_q + n_kv], fused[..., n_q + n_kv:]
+        return tuple(y.view(b, t, -1, hd).transpose(1, 2) for y in (q, k, v))
+
+    def _attention(self, layer, h, cos, sin, mask, composite: Composite, causal, attention, recorder):
         spec = self.spec
         attn = getattr(layer, spec.attention)
-        b, t, _ = x.shape
-        h = self._norm(getattr(layer, spec.attention_norm), x, composite)
-        hd = attn.head_dim
-        q = getattr(attn, spec.q_proj)(h).view(b, t, -1, hd).transpose(1, 2)
-        k = getattr(attn, spec.k_proj)(h).view(b, t, -1, hd).transpose(1, 2)
-        v = getattr(attn, spec.v_proj)(h).view(b, t, -1, hd).transpose(1, 2)
+        b, t, _ = h.shape
+        q, k, v = self._qkv(attn, h, getattr(attn, spec.head_dim_attr))
+        if spec.qk_norm is not None:
+            q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite)
+            k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite)
         q = self.positional.apply(q, cos, sin, composite.product)
         k = self.positional.apply(k, cos, sin, composite.product)
         o = rules.attention(q, k, v, mask=mask, causal=causal, scale=attn.scaling,
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
-                            qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder)
-        x = x + getattr(attn, spec.o_proj)(o.transpose(1, 2).reshape(b, t, -1))
-        h = self._norm(getattr(layer, spec.mlp_norm), x, composite)
+                            qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder,
+                            score_softcap=self.attention_softcap, softcap_rule=composite.softcap)
+        out = getattr(attn, spec.o_proj)(o.transpose(1, 2).reshape(b, t, -1))
+        if spec.attention_out_norm is not None:
+            out = self._norm(getattr(layer, spec.attention_out_norm), out, composite)
+        return out
+
+    def _mlp(self, layer, h, composite: Composite):
+        spec = self.spec
         mlp = getattr(layer, spec.mlp_block)
-        gate = rules.activation(getattr(mlp, spec.gate_proj)(h), getattr(mlp, spec.activation), composite.activation)
-        up = getattr(mlp, spec.up_proj)(h)
-        return x + getattr(mlp, spec.down_proj)(rules.product(gate, up, rule=composite.product))
+        act = getattr(mlp, spec.activation)
+        if spec.mlp == "plain":
+            # no second operand to carry relevance past the activation: CP-LRP's constant gate is f(x)/x, i.e. the
+            # identity rule (as lxt's CP-LRP map for ungated MLPs)
+            rule = "identity" if composite.activation == "constant" else composite.activation
+            out = getattr(mlp, spec.down_proj)(rules.activation(getattr(mlp, spec.up_proj)(h), act, rule))
+        else:
+            if spec.fused_gate_up is not None:
+                gate, up = getattr(mlp, spec.fused_gate_up)(h).chunk(2, dim=-1)
+            else:
+                gate, up = getattr(mlp, spec.gate_proj)(h), None
+            gate = rules.activation(gate, act, composite.activation)
+            if up is None:
+                up = getattr(mlp, spec.up_proj)(h)
+            out = getattr(mlp, spec.down_proj)(rules.product(gate, up, rule=composite.product))
+        if spec.mlp_out_norm is not None:
+            out = self._norm(getattr(layer, spec.mlp_out_norm), out, composite)
+        return out
+
+    def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder):
+        spec = self.spec
+        h = self._norm(getattr(layer, spec.attention_norm), x, composite)
+        a = self._attention(layer, h, cos, sin, mask, composite, causal, attention, recorder)
+        if self.parallel_residual:  # GPT-NeoX: both branches read the layer input (summed in its order)
+            m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite), composite)
+            return m + a + x
+        x = x + a
+        h = self._norm(getattr(layer, spec.mlp_norm), x, composite)
+        return x + self._mlp(layer, h, composite)
 
 
-def _attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
-    """Boolean ``[B, 1, T, T]`` key-padding mask (True = attend), or None when nothing is padded.
+def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True
+                    ) -> torch.Tensor | None:
+    """Boolean ``[B, 1, T, T]`` mask (True = attend), or None when nothing is padded and there is no window.
 
-    Every query row keeps its own position so fully padded rows (left padding) never produce NaN; pad rows never
-    influence real tokens because their keys are masked.
+    Key padding: every query row keeps its own position so fully padded rows (left padding) never produce NaN; pad
+    rows never influence real tokens because their keys are masked. Sliding window ``w`` (Hugging Face's overlay):
+    query ``i`` sees keys ``j > i - w`` (with the causal constraint ``j <= i`` added by the attention rule), or the
+    symmetric band ``|i - j| < w`` when attention is not causal. Indices, not positions: with contiguous padding
+    the two differ by a constant per sample among real tokens.
     """
-    if bool(attention_mask.all()):
-        return None
-    keys = attention_mask.bool()[:, None, None, :]
     t = attention_mask.shape[1]
-    eye = torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None, None]
-    return keys | eye
+    padded = not bool(attention_mask.all())
+    if window is None and not padded:
+        return None
+    mask = None
+    if padded:
+        keys = attention_mask.bool()[:, None, None, :]
+        eye = torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None, None]
+        mask = keys | eye
+    if window is not None:
+        i = torch.arange(t, device=attention_mask.device)
+        offset = i[:, None] - i[None, :]
+        band = (offset < window) if causal else (offset.abs() < window)
+        band = band[None, None]
+        mask = band if mask is None else mask & band
+    return mask

@@ -32,6 +32,7 @@ from palrp_bench import explain
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import get_composite
 from palrp_bench.models.decoder import DecoderTwin
+from reference.library_numerics import TorchWithFloat32Statistics, lxt_identity_activation
 
 REF_FILE = DATA / "reference_lxt" / "lxt_attnlrp.npz"
 NLP = OFFICIAL / "nlp"
@@ -45,7 +46,6 @@ OUR_METHOD = {"attnlrp": "attnlrp", "cp_lrp": "cp_lrp", "gxi": "grad_x_input"}  
 # amplify float32 rounding). The tolerance is >= 3.5x the worst measurement, while the rule sets differ from each
 # other by > 0.6 relative (test_tolerance_separates_rule_sets), so agreement is specific to the rule set.
 TOL = {"attnlrp": 5e-6, "cp_lrp": 5e-6, "gxi": 2e-5}
-LXT_IDENTITY_EPS = 1e-10  # lxt/efficient/rules.py, identity_rule_implicit_fn.forward(epsilon=1e-10)
 # The emulation computes the RMSNorm statistics and the eager softmax in float32 (as lxt did), so agreement is
 # bounded by float32 rounding, not float64: 64 float32 ulps (7.6e-6) of relative error over two layers of
 # normalisers and softmaxes. Measured: 0.0 with the reference machine's AVX-512 kernels, 1.2e-6 under AVX2.
@@ -132,32 +132,6 @@ def test_tolerance_separates_rule_sets(ref, name):
 
 # ---------------------------------------------------------------------------------------------------------------
 # float64: the residual difference is exactly lxt's / transformers' numerical choices (no rule difference)
-
-_ORIGINAL_ACTIVATION = rules.activation
-
-
-def lxt_identity_activation(x, fn, rule):
-    """lxt's identity rule: forward ``fn(x)`` exactly, gradient ``fn(x) / (x + 1e-10)`` (ours: ``fn(x) / x``)."""
-    if rule != "identity":
-        return _ORIGINAL_ACTIVATION(x, fn, rule)
-    y = fn(x)
-    ratio = (y / (x + LXT_IDENTITY_EPS)).detach()
-    return y.detach() + (x * ratio - (x * ratio).detach())
-
-
-class TorchWithFloat32Statistics:
-    """Stand-in for ``torch`` inside palrp_bench.lrp.rules only: ``promote_types(dtype, float32)`` -> float32.
-
-    rules.py keeps RMSNorm statistics and the eager softmax in max(dtype, float32); transformers 4.57 and lxt 2.1
-    always use float32 there (``LlamaRMSNorm`` / lxt ``rms_norm_forward``, ``eager_attention_forward``).
-    """
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def promote_types(a, b):
-        return torch.float32
 
 
 def float64_semantic(model, seq, phase, attention):
