@@ -331,6 +331,7 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
         raise BadInputError("causal=False is not defined for task 'imdb'", "drop causal=False")
     device, dtype = _model_device_and_dtype(model)
     head = _output_head(model, spec)
+    cap = _final_softcap(model, spec)
     body = model.base_model
     chunk = batch_size or ids.shape[0]
     outputs = []
@@ -361,8 +362,19 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
                                             f"takes a 4D attention mask; {type(model).__name__} does not "
                                             f"({type(err).__name__})", "use the causal task") from None
             pooled = hidden[torch.arange(rows.shape[0], device=hidden.device), last.to(hidden.device)]
-            outputs.append(head(pooled).float().cpu())
+            logits = head(pooled)
+            if cap is not None:
+                logits = torch.tanh(logits / cap) * cap
+            outputs.append(logits.float().cpu())
     return torch.cat(outputs, dim=0)
+
+
+def _final_softcap(model, task: PerturbationTask) -> float | None:
+    """``c`` of the soft-capping ``c * tanh(z / c)`` a causal LM applies to its logits (Gemma 2; Gemma 3 when set),
+    so the read-out sees the model's own output; None for classifiers and uncapped models."""
+    if task.head == "classifier" or not type(model).__name__.endswith("ForCausalLM"):
+        return None
+    return getattr(model.config, "final_logit_softcapping", None)
 
 
 def _check_right_padded(real: torch.Tensor, index: int) -> None:
