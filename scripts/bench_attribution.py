@@ -1,13 +1,19 @@
 #!/usr/bin/env python
-"""Cost of one attribution: grad_x_input vs attnlrp vs pa_lrp, measured in the same run.
+"""Cost of one attribution: grad_x_input vs attnlrp vs pa_lrp, measured in the same run, per model family.
 
-For each sequence length: milliseconds per attribution (median of --repeats after --warmup) and peak memory
-(CUDA: torch.cuda.max_memory_allocated; CPU: peak RSS growth of this process, a coarse upper bound), and the
-ratio to plain Gradient x Input. Parameters are frozen for every method, so the floor is one forward plus one
-input-gradient backward. Target (issue "LRP engine"): pa_lrp <= 1.15x grad_x_input; memory linear in length
-(fused SDPA: no attention matrix is materialised).
+For each family and sequence length: milliseconds per attribution (median of --repeats after --warmup) and peak
+memory (CUDA: torch.cuda.max_memory_allocated; CPU: peak RSS growth of a fresh process, a coarse upper bound;
+``--no-memory`` skips it), and the ratio to plain Gradient x Input. Parameters are frozen for every method, so the
+floor is one forward plus one input-gradient backward. Target (issue "LRP engine"): pa_lrp <= 1.15x grad_x_input;
+memory linear in length (fused SDPA: no attention matrix is materialised).
+
+Families (``--family``, several at once or ``all``): random causal LMs of each RoPE decoder family with the
+``--preset`` sizes and the family's own features switched on as in its real checkpoints (Qwen2 biases, Qwen3 and
+Gemma 3 q/k norms, Gemma 2 soft-capping and local/global layers, Phi-3 fused projections and sliding window,
+GPT-NeoX parallel residual and partial rotary).
 
     python scripts/bench_attribution.py                       # tiny-ish random LLaMA on CPU, 512 and 2048
+    python scripts/bench_attribution.py --family all --lengths 512 --no-memory     # every family, one length
     python scripts/bench_attribution.py --preset tinyllama --device cuda --dtype bfloat16 --lengths 512 2048 4096
     python scripts/bench_attribution.py --lengths 128 512 --methods grad_x_input attnlrp integrated_gradients \
         smoothgrad attn_rollout grad_attn_rollout grad_cam atman   # the baselines (docs/baselines.md)
@@ -44,6 +50,40 @@ PRESETS = {
                       num_key_value_heads=32, vocab_size=32000),
 }
 METHODS = ("grad_x_input", "attnlrp", "pa_lrp")
+#: per family: (config class, causal LM class, config overrides on top of the preset); head_dim 32 everywhere
+#: (hidden 256 / 8 heads in the small preset), windows and soft-caps as in the real checkpoints
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": None}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": None, "query_pre_attn_scalar": None,
+                                                    "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+                                                    "final_logit_softcapping": 30.0}),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": None, "query_pre_attn_scalar": None,
+                                                         "sliding_window": 1024}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"sliding_window": 2047, "vocab_size": 32064}),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"num_key_value_heads": None,
+                                                         "intermediate_size": "4x"}),
+}
+
+
+def family_config(family: str, preset: str, max_len: int):
+    """The preset's sizes in ``family``'s config class (``None`` overrides drop a key or take the head size;
+    ``"4x"`` is GPT-NeoX's MLP width)."""
+    cfg_cls, _, extra = FAMILIES[family]
+    sizes = dict(PRESETS[preset])
+    head_dim = sizes["hidden_size"] // sizes["num_attention_heads"]
+    for key, value in extra.items():
+        if value is None and key in ("head_dim", "query_pre_attn_scalar"):
+            sizes[key] = head_dim
+        elif value is None:
+            sizes.pop(key, None)
+        elif value == "4x":
+            sizes[key] = 4 * sizes["hidden_size"]
+        else:
+            sizes[key] = value
+    return getattr(transformers, cfg_cls)(**sizes, max_position_embeddings=max(max_len, 4096))
 
 
 def current_rss_mb() -> float:
@@ -96,17 +136,18 @@ def peak_memory_mb(args, length, method) -> float:
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
-           "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device,
+           "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device, "--family", args.family,
            "--forward-batch", str(args.forward_batch)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return float(out)
 
 
 def build(args, length):
-    cfg = transformers.LlamaConfig(**PRESETS[args.preset], max_position_embeddings=max(args.lengths))
+    cfg = family_config(args.family, args.preset, max(args.lengths))
     torch.manual_seed(0)
     device = torch.device(args.device)
-    model = transformers.LlamaForCausalLM(cfg).to(dtype=getattr(torch, args.dtype), device=device).eval()
+    model_cls = getattr(transformers, FAMILIES[args.family][1])
+    model = model_cls(cfg).to(dtype=getattr(torch, args.dtype), device=device).eval()
     model.requires_grad_(False)  # frozen parameters for every method: the floor is forward + input-grad backward
     ids = torch.randint(3, cfg.vocab_size, (args.batch, length), device=device)
     ids[:, 0] = 1
@@ -127,6 +168,9 @@ def main(argv=None):
                     help="methods to compare (first row of each length is the ratio's reference if grad_x_input "
                          "is not among them)")
     ap.add_argument("--forward-batch", type=int, default=32, help="rows per forward of multi-pass baselines")
+    ap.add_argument("--family", nargs="+", default=["llama"], choices=[*FAMILIES, "all"],
+                    help="decoder families to measure (random causal LMs with the preset's sizes)")
+    ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     FORWARD_BATCH["rows"] = args.forward_batch
@@ -135,7 +179,9 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    families = list(FAMILIES) if "all" in args.family else args.family
     if args.memory_probe:
+        args.family = families[0]
         model, ids = build(args, args.lengths[0])
         gc.collect()
         try:
@@ -148,25 +194,29 @@ def main(argv=None):
         explain(model, ids, method=args.memory_probe)
         print(sampler.stop() - base)
         return
-    cfg = transformers.LlamaConfig(**PRESETS[args.preset])
-    print(f"# preset={args.preset} layers={cfg.num_hidden_layers} hidden={cfg.hidden_size} dtype={args.dtype} "
-          f"device={device} batch={args.batch} threads={torch.get_num_threads()} torch={torch.__version__}")
-    print("| length | method | ms / attribution | ratio vs grad_x_input | peak mem (MiB) |")
-    print("|---:|---|---:|---:|---:|")
-    for length in args.lengths:
-        model, ids = build(args, length)
-        for _ in range(args.warmup):
+    sizes = PRESETS[args.preset]
+    print(f"# preset={args.preset} layers={sizes['num_hidden_layers']} hidden={sizes['hidden_size']} "
+          f"dtype={args.dtype} device={device} batch={args.batch} threads={torch.get_num_threads()} "
+          f"torch={torch.__version__} transformers={transformers.__version__}")
+    print(f"| family | length | method | ms / attribution | ratio vs {reference} | peak mem (MiB) |")
+    print("|---|---:|---|---:|---:|---:|")
+    for family in families:
+        args.family = family
+        for length in args.lengths:
+            model, ids = build(args, length)
+            for _ in range(args.warmup):
+                for m in methods:
+                    time_once(model, ids, m, device)
+            times = {m: [] for m in methods}
+            for _ in range(args.repeats):  # interleaved, so drifting machine load hits every method alike
+                for m in methods:
+                    times[m].append(time_once(model, ids, m, device))
+            ms = {m: statistics.median(t) for m, t in times.items()}
+            del model
             for m in methods:
-                time_once(model, ids, m, device)
-        times = {m: [] for m in methods}
-        for _ in range(args.repeats):  # interleaved, so drifting machine load hits every method alike
-            for m in methods:
-                times[m].append(time_once(model, ids, m, device))
-        ms = {m: statistics.median(t) for m, t in times.items()}
-        del model
-        for m in methods:
-            mem = peak_memory_mb(args, length, m)
-            print(f"| {length} | {m} | {ms[m]:.1f} | {ms[m] / ms[reference]:.3f} | {mem:.0f} |", flush=True)
+                mem = f"{peak_memory_mb(args, length, m):.0f}" if args.memory else "-"
+                print(f"| {family} | {length} | {m} | {ms[m]:.1f} | {ms[m] / ms[reference]:.3f} | {mem} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
