@@ -3,15 +3,18 @@
 (a) ``LlamaForSequenceClassification`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_classification`
     (label = a trigger word among the first 8 words), stand-in for the IMDB classifiers of Tables 1-2;
 (b) ``LlamaForCausalLM`` on :func:`palrp_bench.data.synthetic_text.make_synthetic_mcqa` (answer letter of the
-    option in the asked category, official ARC prompt), stand-in for the LLaMA-3 model of Table 3.
+    option in the asked category, official ARC prompt), stand-in for the LLaMA-3 model of Table 3;
+(c) ``Qwen2ForCausalLM`` (kind ``qwen2_causal``) on the same MCQA task with the causal recipe: a second decoder
+    family (q/k/v biases) in the embedded default.
 
-Both: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
+All: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
 fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
 ``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
-safetensors + ``training_report.json``).
+safetensors + ``training_report.json``; ``qwen2_causal/``).
 
-    python scripts/train_tiny_text.py              # both models (about 15 s + 40 s of CPU time, one thread)
+    python scripts/train_tiny_text.py              # the LLaMA models (about 15 s + 40 s of CPU time, one thread)
     python scripts/train_tiny_text.py --kind cls
+    python scripts/train_tiny_text.py --kind qwen2_causal
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from palrp_bench.data import synthetic_text as st  # noqa: E402
 RECIPES: dict[str, dict] = {
     "cls": {"steps": 300, "batch_size": 64, "lr": 5e-3},
     "causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
+    "qwen2_causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
 }
 #: Causal model: weight of the auxiliary next-token loss over the whole prompt. Without it the answer loss sits
 #: at chance (ln 4) for hundreds of steps; predicting the prompt's own tokens (e.g. each option letter after its
@@ -59,7 +63,7 @@ def _batch_loss(kind: str, model, samples) -> torch.Tensor:
     """Classifier: cross-entropy of the class. Causal: cross-entropy of the answer letter at the last position
     plus :data:`LM_AUX_WEIGHT` times the next-token loss over the prompt."""
     ids, mask = st.batch_inputs(samples)
-    if kind == "cls":
+    if st.TINY_TEXT_MODELS[kind][2] == "cls":
         logits = model(input_ids=ids, attention_mask=mask).logits
         return torch.nn.functional.cross_entropy(logits, torch.tensor([s.label for s in samples]))
     logits = model(input_ids=ids, attention_mask=mask).logits
@@ -74,12 +78,13 @@ def _batch_loss(kind: str, model, samples) -> torch.Tensor:
 
 def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
     """Train one tiny model from scratch; returns ``(model, report dict)``."""
-    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+    import transformers
 
     torch.manual_seed(seed)
-    config = st.tiny_llama_config(kind)
-    model = (LlamaForSequenceClassification if kind == "cls" else LlamaForCausalLM)(config)
-    make = st.make_synthetic_classification if kind == "cls" else st.make_synthetic_mcqa
+    config = st.tiny_text_config(kind)
+    model = getattr(transformers, st.TINY_TEXT_MODELS[kind][1])(config)
+    is_cls = st.TINY_TEXT_MODELS[kind][2] == "cls"
+    make = st.make_synthetic_classification if is_cls else st.make_synthetic_mcqa
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
     # Fresh training samples every step: step k uses train samples k*B .. (k+1)*B - 1 of this seed.
@@ -99,19 +104,19 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     model.eval()
     heldout = make(HELDOUT["n"], seed=HELDOUT["seed"], split=HELDOUT["split"])
-    if kind == "cls":
+    if is_cls:
         accuracy = st.classification_accuracy(model, heldout)
     else:
         accuracy = st.mcqa_accuracy(model, st.build_tiny_tokenizer(), heldout)
-    import transformers
     report = {
         "kind": kind,
-        "task": "synthetic classification (early trigger)" if kind == "cls" else "synthetic MCQA (option lookup)",
+        "architecture": st.TINY_TEXT_MODELS[kind][1],
+        "task": "synthetic classification (early trigger)" if is_cls else "synthetic MCQA (option lookup)",
         "heldout_accuracy": accuracy,
         "heldout": dict(HELDOUT),
         "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
                   "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                  "lm_aux_weight": LM_AUX_WEIGHT if kind == "causal" else 0.0,
+                  "lm_aux_weight": 0.0 if is_cls else LM_AUX_WEIGHT,
                   "final_train_loss": float(loss.item()), "seconds": round(seconds, 1),
                   "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads()},
         "n_parameters": sum(p.numel() for p in model.parameters()),
@@ -123,7 +128,8 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=["cls", "causal", "both"], default="both", help="which model to train")
+    parser.add_argument("--kind", choices=[*st.TINY_TEXT_MODELS, "both"], default="both",
+                        help="which model to train (both = the two LLaMA models)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and training samples")
     parser.add_argument("--steps", type=int, default=None, help="override the recipe's number of steps")
     parser.add_argument("--out-dir", type=Path, default=st.ASSET_DIR, help="asset folder to write")

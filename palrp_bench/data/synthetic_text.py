@@ -20,8 +20,10 @@ Samples are deterministic: sample ``i`` of ``(task, seed, split)`` comes from it
 The tokenizer (:func:`build_tiny_tokenizer`) is a ``tokenizers`` WordLevel model (words, punctuation and
 newlines are tokens; LLaMA-2 style ids ``<unk>=0, <s>=1, </s>=2``; BOS added by its post-processor; pad = eos)
 wrapped as a ``transformers`` fast tokenizer and shipped in ``assets/text/tokenizer``. The models, trained by
-``scripts/train_tiny_text.py`` and shipped in ``assets/text/{cls,causal}`` with ``training_report.json``, are a
-``LlamaForSequenceClassification`` and a ``LlamaForCausalLM`` (RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads).
+``scripts/train_tiny_text.py`` and shipped in ``assets/text/{cls,causal,qwen2_causal}`` with
+``training_report.json``, are a ``LlamaForSequenceClassification``, a ``LlamaForCausalLM`` and a
+``Qwen2ForCausalLM`` (a second decoder family in the embedded default; q/k/v biases), all RoPE, 2 layers, hidden 64,
+4 heads / 2 KV heads (:data:`TINY_TEXT_MODELS`).
 """
 from __future__ import annotations
 
@@ -82,10 +84,16 @@ TINY_LLAMA_ARCH: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, nu
                                        hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False,
                                        initializer_range=0.1)
 
-ModelKind = Literal["cls", "causal"]
+ModelKind = Literal["cls", "causal", "qwen2_causal"]
+#: asset folder (model kind) -> (config class, model class, task) of the shipped tiny text models
+TINY_TEXT_MODELS: dict[str, tuple[str, str, str]] = {
+    "cls": ("LlamaConfig", "LlamaForSequenceClassification", "cls"),
+    "causal": ("LlamaConfig", "LlamaForCausalLM", "mcqa"),
+    "qwen2_causal": ("Qwen2Config", "Qwen2ForCausalLM", "mcqa"),
+}
 
 __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "load_tiny_tokenizer", "make_synthetic_classification",
-           "make_synthetic_mcqa", "tiny_llama_config", "load_tiny_text_model", "load_training_report", "batch_inputs",
+           "make_synthetic_mcqa", "tiny_text_config", "load_tiny_text_model", "load_training_report", "batch_inputs",
            "classification_accuracy", "mcqa_accuracy", "words_to_ids"]
 
 
@@ -228,36 +236,38 @@ def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[Text
 
 
 # ----------------------------------------------------------------------------------------------- models
-def tiny_llama_config(kind: ModelKind):
-    """The ``LlamaConfig`` of a tiny model: :data:`TINY_LLAMA_ARCH`, the suite's vocabulary, pad = eos."""
-    from transformers import LlamaConfig
+def tiny_text_config(kind: ModelKind):
+    """The config of a tiny model (its family's class, :data:`TINY_TEXT_MODELS`): :data:`TINY_LLAMA_ARCH`, the
+    suite's vocabulary, pad = eos."""
+    import transformers
 
     _check_kind(kind)
     extra = {"num_labels": 2, "id2label": {0: "no_early_trigger", 1: "early_trigger"},
              "label2id": {"no_early_trigger": 0, "early_trigger": 1}} if kind == "cls" else {}
-    return LlamaConfig(vocab_size=len(VOCAB), bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-                       **TINY_LLAMA_ARCH, **extra)
+    config_class = getattr(transformers, TINY_TEXT_MODELS[kind][0])
+    return config_class(vocab_size=len(VOCAB), bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+                        **TINY_LLAMA_ARCH, **extra)
 
 
 def _check_kind(kind: str) -> None:
-    if kind not in ("cls", "causal"):
-        raise BadInputError(f"unknown tiny text model kind {kind!r}", "use 'cls' or 'causal'")
+    if kind not in TINY_TEXT_MODELS:
+        raise BadInputError(f"unknown tiny text model kind {kind!r}", f"use one of: {', '.join(TINY_TEXT_MODELS)}")
 
 
 def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None = None):
     """The shipped tiny model (eval mode, float32, CPU), loaded offline from ``assets/text/{kind}``.
 
     ``cls``: ``LlamaForSequenceClassification`` for :func:`make_synthetic_classification`;
-    ``causal``: ``LlamaForCausalLM`` for :func:`make_synthetic_mcqa`.
+    ``causal`` / ``qwen2_causal``: ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for :func:`make_synthetic_mcqa`.
     """
-    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+    import transformers
 
     _check_kind(kind)
     folder = (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / kind
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise MissingDataError(f"tiny text model {kind!r} missing at {folder}",
                                "run `python scripts/train_tiny_text.py` to (re)create the text assets")
-    cls = LlamaForSequenceClassification if kind == "cls" else LlamaForCausalLM
+    cls = getattr(transformers, TINY_TEXT_MODELS[kind][1])
     try:
         model = cls.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as exc:

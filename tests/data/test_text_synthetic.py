@@ -175,8 +175,18 @@ def test_causal_model_answers_the_mcqa_task_on_fresh_data(causal_model, tok):
     assert len(kept) == 20 and all(s.meta["answer_letter"] == l for s, l in zip(kept, letters[:20]) if l)
 
 
+def test_qwen2_causal_model_answers_the_mcqa_task_on_fresh_data(tok):
+    """The embedded default's second decoder family (a tiny Qwen2, trained with the causal recipe)."""
+    model = st.load_tiny_text_model("qwen2_causal")
+    assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.vocab_size == len(st.VOCAB)
+    report = st.load_training_report("qwen2_causal")
+    assert report["heldout_accuracy"] >= 0.95
+    accuracy = st.mcqa_accuracy(model, tok, st.make_synthetic_mcqa(300, seed=FRESH_SEED, split="test"))
+    assert accuracy >= max(0.95, report["heldout_accuracy"] - 0.03)
+
+
 def test_training_reports_are_json_with_the_recipe():
-    for kind in ("cls", "causal"):
+    for kind in ("cls", "causal", "qwen2_causal"):
         report = json.loads((st.ASSET_DIR / kind / st.REPORT_NAME).read_text())
         assert report["kind"] == kind and report["heldout"]["split"] == "test"
         assert report["train"]["steps"] > 0 and report["n_parameters"] < 250_000

@@ -24,8 +24,8 @@ def text_models():
     from transformers import LlamaForCausalLM, LlamaForSequenceClassification
 
     torch.manual_seed(0)
-    cls = LlamaForSequenceClassification(synthetic_text.tiny_llama_config("cls")).eval()
-    causal = LlamaForCausalLM(synthetic_text.tiny_llama_config("causal")).eval()
+    cls = LlamaForSequenceClassification(synthetic_text.tiny_text_config("cls")).eval()
+    causal = LlamaForCausalLM(synthetic_text.tiny_text_config("causal")).eval()
     return cls, causal, synthetic_text.build_tiny_tokenizer()
 
 
