@@ -15,7 +15,7 @@ from models.tiny_families import make_model
 from runner.harness import compose_cfg, read_results, run_cli
 
 #: the shipped config of a real checkpoint per family
-CONFIGS = {"mistral": "mistral_7b", "qwen2": "qwen2_5_7b", "qwen3": "qwen3_8b", "gemma2": "gemma2_2b",
+CONFIGS = {"llama": "llama3_8b", "mistral": "mistral_7b", "qwen2": "qwen2_5_7b", "qwen3": "qwen3_8b", "gemma2": "gemma2_2b",
            "gemma3": "gemma3_4b", "phi3": "phi3_mini", "gpt_neox": "pythia_1_4b"}
 TASKS = {"causal": "synthetic_mcqa", "classifier": "synthetic_sentiment"}
 METHODS = "pa_lrp,attnlrp"

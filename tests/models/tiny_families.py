@@ -19,6 +19,11 @@ WINDOW = 4
 
 # family -> (config class, {kind: model class}, {variant: config overrides}); the first variant is the default
 FAMILIES: dict[str, tuple] = {
+    "llama": ("LlamaConfig", {"causal": "LlamaForCausalLM", "classifier": "LlamaForSequenceClassification"},
+              {"gqa_bias": dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                                rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0,
+                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 16})}),
     "mistral": ("MistralConfig", {"causal": "MistralForCausalLM", "classifier": "MistralForSequenceClassification"},
                 {"window": dict(num_key_value_heads=2, head_dim=16, sliding_window=WINDOW),
                  "full": dict(num_key_value_heads=2, sliding_window=None)}),
