@@ -11,31 +11,19 @@ relevance of the rotated query and key dimensions (partial rotary: only those), 
 import pytest
 import torch
 
-from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import get_composite
 from palrp_bench.lrp.positional import RoPE
 from palrp_bench.models.decoder import DecoderTwin
+from lrp.test_accounting import ledger
 from models.tiny_families import FAMILIES, make_model, random_ids, variants
 
 CASES = [(f, v) for f in FAMILIES for v in variants(f)]
 
 
-def ledger(model, ids, mask, composite, positional_sinks):
-    """One sample's books: explained logit, semantic, positional, softmax-absorbed and bias-absorbed relevance."""
-    twin = DecoderTwin(model)
-    rec = rules.AttentionRecorder()
-    embeds = twin.embed(ids)
-    out = twin.forward(embeds, mask, twin.last_index(ids, mask), get_composite(composite),
-                       positional_sinks=positional_sinks, attention="eager", recorder=rec)
-    logit = out.logits.max(-1).values
-    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
-    leaves = [embeds, *out.cos, *out.sin]
-    grads = torch.autograd.grad(logit.sum(), leaves + biases, allow_unused=True)
-    grads = [torch.zeros_like(x) if g is None else g for x, g in zip(leaves + biases, grads)]
-    semantic = float((embeds.detach() * grads[0]).sum())
-    positional = sum(float((x.detach() * g).sum()) for x, g in zip(leaves[1:], grads[1:len(leaves)]))
-    bias = sum(float((b.detach() * g).sum()) for b, g in zip(biases, grads[len(leaves):]))
-    return float(logit.detach()), semantic, positional, float(rec.absorbed().detach().sum()), bias
+def books(model, ids, mask, composite, sinks):
+    """One sample's books as floats: explained logit, semantic, positional, softmax- and bias-absorbed relevance
+    (the LLaMA test's ledger, whose bias term sums over the batch: one sample per call)."""
+    return tuple(float(x.detach().sum()) for x in ledger(model, ids, mask, composite, sinks))
 
 
 @pytest.mark.parametrize("sinks", [False, True])
@@ -46,7 +34,7 @@ def test_accounting_identity_float64(family, variant, kind, sinks):
     padded = torch.ones(1, 10, dtype=torch.long)
     padded[0, 7:] = 0  # right padding
     for ids, mask in ((random_ids(1, 10), None), (random_ids(1, 10, seed=1), padded)):
-        logit, sem, pos, absorbed, bias = ledger(model, ids, mask, "attnlrp", sinks)
+        logit, sem, pos, absorbed, bias = books(model, ids, mask, "attnlrp", sinks)
         assert abs(absorbed) > 1e-4, "the softmax rule should absorb something (non-trivial test)"
         assert (abs(pos) > 1e-6) if sinks else pos == 0
         assert abs(sem + pos + absorbed + bias - logit) < 1e-6
@@ -56,7 +44,7 @@ def test_accounting_identity_float64(family, variant, kind, sinks):
 def test_biases_are_booked(family):
     """Qwen2's q/k/v biases and GPT-NeoX's projection and LayerNorm biases absorb relevance (the term is needed)."""
     model = make_model(family, "causal", dtype=torch.float64)
-    logit, sem, pos, absorbed, bias = ledger(model, random_ids(1, 9), None, "attnlrp", True)
+    logit, sem, pos, absorbed, bias = books(model, random_ids(1, 9), None, "attnlrp", True)
     assert abs(bias) > 1e-4
     assert abs(sem + pos + absorbed + bias - logit) < 1e-6
 
@@ -69,7 +57,7 @@ def test_cp_lrp_conserves_exactly_without_biases(family, kind):
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.zero_()
-    logit, sem, pos, absorbed, bias = ledger(model, random_ids(1, 10), None, "cp_lrp", True)
+    logit, sem, pos, absorbed, bias = books(model, random_ids(1, 10), None, "cp_lrp", True)
     assert absorbed == 0 and pos == 0 and bias == 0
     assert abs(sem - logit) < 1e-10
 

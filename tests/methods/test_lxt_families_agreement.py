@@ -26,19 +26,16 @@ import transformers
 from conftest import DATA
 from palrp_bench import explain
 from palrp_bench.lrp import rules
-from palrp_bench.lrp.composites import get_composite
-from palrp_bench.models.decoder import DecoderTwin
+from methods.test_lxt_agreement import (EMULATED_F32_TOL, OUR_METHOD, TOL, float64_semantic, per_sequence,
+                                        rel_diff)
 from reference.library_numerics import TorchWithFloat32Statistics, lxt_identity_activation
 
 REF_FILE = DATA / "reference_lxt" / "lxt_families.npz"
 MODELS_DIR = DATA / "reference_lxt" / "models"
 FAMILIES = ("qwen2_causal", "qwen3_causal", "gemma3_causal")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-OUR_METHOD = {"attnlrp": "attnlrp", "cp_lrp": "cp_lrp", "gxi": "grad_x_input"}
-# the LLaMA comparison's tolerances (tests/methods/test_lxt_agreement.py); measured worst cases in docs/engine.md
-TOL = {"attnlrp": 5e-6, "cp_lrp": 5e-6, "gxi": 2e-5}
-# emulated lxt numerics run their statistics in float32: float32 rounding (64 ulps) bounds the agreement
-EMULATED_F32_TOL = 64 * torch.finfo(torch.float32).eps
+# methods, tolerances (relative 5e-6 attnlrp and cp_lrp, 2e-5 gxi; 64 float32 ulps once lxt's numerics are
+# emulated), the float64 semantic sum and the difference measure are the LLaMA comparison's
 
 _models: dict = {}
 
@@ -49,26 +46,15 @@ def ref():
         return {k: data[k] for k in data.files}
 
 
-def load(name: str, dtype: str, attn: str = "sdpa"):
-    key = (name, dtype, attn)
+def load(name: str, dtype: str):
+    key = (name, dtype)
     if key not in _models:
-        _models[key] = transformers.AutoModelForCausalLM.from_pretrained(
-            MODELS_DIR / name, dtype=DTYPES[dtype], attn_implementation=attn).eval()
+        _models[key] = transformers.AutoModelForCausalLM.from_pretrained(MODELS_DIR / name, dtype=DTYPES[dtype]).eval()
     return _models[key]
 
 
 def sequences(name: str) -> list[list[int]]:
     return json.loads((MODELS_DIR / "ids.json").read_text())[name]["input_ids"]
-
-
-def per_sequence(ref, name, key):
-    off = ref[f"{name}.offsets"]
-    rel = ref[f"{key}.relevance"]
-    return [rel[off[i]:off[i + 1]] for i in range(len(off) - 1)]
-
-
-def rel_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
-    return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
 
 
 @pytest.mark.parametrize("phase", sorted(OUR_METHOD))
@@ -93,18 +79,6 @@ def test_tolerance_separates_rule_sets(ref, name):
         for other in ("cp_lrp", "gxi"):
             theirs = per_sequence(ref, name, f"{name}.float32.sdpa.{other}")[i]
             assert rel_diff(ours, theirs) > 100 * TOL["attnlrp"], (other, i)
-
-
-def float64_semantic(model, seq, phase, attention):
-    """Semantic relevance of our twin with the sum taken in float64."""
-    twin = DecoderTwin(model)
-    ids = torch.tensor([seq])
-    embeds = twin.embed(ids)
-    with torch.enable_grad():
-        out = twin.forward(embeds, None, twin.last_index(ids, None), get_composite(OUR_METHOD[phase]),
-                           positional_sinks=False, attention=attention)
-        grad, = torch.autograd.grad(out.logits[0].max(), embeds)
-    return (embeds.detach() * grad).sum(-1)[0].numpy()
 
 
 @pytest.mark.parametrize("phase", sorted(OUR_METHOD))
