@@ -10,6 +10,8 @@ keeps float64; with those float32 steps emulated in the twin's rules (tests/refe
 twin equals the library to 1e-10 (measured <= 2.7e-15), and without the emulation to float32 rounding (measured
 <= 2.3e-6; GPT-NeoX with SDPA is float64 end to end in the library: 2.7e-15 as is).
 """
+from dataclasses import replace
+
 import pytest
 import torch
 import transformers
@@ -17,7 +19,7 @@ import transformers
 from palrp_bench import explain
 from palrp_bench.errors import UnsupportedModelError
 from palrp_bench.lrp.composites import ATTNLRP, GRAD_X_INPUT
-from palrp_bench.models.decoder import DecoderTwin, spec_for
+from palrp_bench.models.decoder import DECODER_SPECS, DecoderTwin, spec_for
 from models.tiny_families import FAMILIES, VOCAB, WINDOW, family_config, make_model, random_ids, variants
 from reference.library_numerics import emulate_library_float32_steps
 
@@ -237,6 +239,12 @@ def test_unsupported_configurations_are_refused_in_one_line(family, overrides, n
     for key, value in overrides.items():
         setattr(model.config, key, value)
     one_line_refusal(model, needle)
+
+
+def test_a_spec_option_the_twin_lacks_is_refused_in_one_line(monkeypatch):
+    spec = DECODER_SPECS["mistral"]
+    monkeypatch.setitem(DECODER_SPECS, "mistral", replace(spec, norm="batch", qkv_layout="interleaved"))
+    one_line_refusal(make_model("mistral", "causal"), "norm 'batch'", "qkv_layout 'interleaved'")
 
 
 def test_every_family_has_a_spec():
