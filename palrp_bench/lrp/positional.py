@@ -12,7 +12,8 @@ uses that carry position only. Every kind here says
   between q/k and cos/sin, so the semantic relevance of PA-LRP differs from AttnLRP's, whose cos/sin are constants;
 * ``reduce``: the per-token (per-patch) positional relevance from the sinks' elementwise relevance ``x * grad``.
 
-A new kind (partial or 2D RoPE, ALiBi, sinusoidal) is one class registered with :func:`register_positional`.
+A new kind (2D RoPE, ALiBi, sinusoidal) is one class registered with :func:`register_positional`; partial rotary
+is part of :class:`RoPE` (the tables say how many dimensions rotate).
 """
 from __future__ import annotations
 
