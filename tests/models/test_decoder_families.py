@@ -173,6 +173,12 @@ def test_partial_rotary_sinks_cover_only_the_rotated_dimensions():
     model = make_model("gpt_neox", "causal")  # head 8, partial_rotary_factor 0.25: 2 rotated dimensions
     out, _ = twin_logits(model, random_ids(1, 6))
     assert [c.shape[-1] for c in out.cos] == [2, 2]
+    # the pre-5.x name of the factor (rotary_pct) still reaches the library's rotary module, hence the twin
+    model = make_model("gpt_neox", "causal", rope_parameters=None, rotary_pct=0.5)
+    ids = random_ids(1, 6)
+    out, _ = twin_logits(model, ids)
+    assert [c.shape[-1] for c in out.cos] == [4, 4]
+    assert max_diff(out, library_logits(model, ids), "causal") < F32_TOL
     model = make_model("phi3", "causal")  # head 8, factor 0.5
     out, _ = twin_logits(model, random_ids(1, 6))
     assert [s.shape[-1] for s in out.sin] == [4, 4]
