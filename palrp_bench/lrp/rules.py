@@ -200,17 +200,36 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return y
 
 
+class _SoftcapIdentity(torch.autograd.Function):
+    """``cap * tanh(x / cap)`` forward; backward multiplies the gradient by ``y / x`` (the identity rule), whose
+    limit at ``x = 0`` is 1. One saved tensor and a few elementwise passes: it runs on every attention score."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cap: float) -> torch.Tensor:  # noqa: D401
+        y = torch.tanh(x / cap) * cap
+        ctx.save_for_backward(torch.div(y, x).masked_fill_(x == 0, 1.0))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (ratio,) = ctx.saved_tensors
+        return grad * ratio, None
+
+
 def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
     """Soft-capping ``cap * tanh(x / cap)`` (Gemma 2: attention scores before the softmax, final logits), an
-    elementwise nonlinearity under the rule of :func:`activation`.
+    elementwise nonlinearity.
 
-    ``"identity"`` (AttnLRP's rule for elementwise nonlinearities, the one palrp-bench applies in every LRP
-    composite): ``R_x = R_y``, so capping neither creates nor absorbs relevance; ``"gradient"``: plain autograd
-    (Gradient x Input). ``"constant"`` is not offered: a constant cap would stop all relevance at the logits.
+    ``"identity"`` (AttnLRP's rule for elementwise nonlinearities, as :func:`activation`; the one palrp-bench applies
+    in every LRP composite): ``R_x = R_y``, so capping neither creates nor absorbs relevance (gradient ``y / x``,
+    1 at ``x = 0``); ``"gradient"``: plain autograd (Gradient x Input). ``"constant"`` is not offered: a constant cap
+    would stop all relevance at the logits.
     """
-    if rule not in ("identity", "gradient"):
+    if rule == "gradient":
+        return torch.tanh(x / cap) * cap
+    if rule != "identity":
         raise ValueError(f"unknown soft-capping rule {rule!r}; expected identity or gradient")
-    return activation(x, lambda t: torch.tanh(t / cap) * cap, rule)
+    return _SoftcapIdentity.apply(x, float(cap)) if x.requires_grad else torch.tanh(x / cap) * cap
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
