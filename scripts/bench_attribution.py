@@ -50,7 +50,7 @@ PRESETS = {
                       num_key_value_heads=32, vocab_size=32000),
 }
 METHODS = ("grad_x_input", "attnlrp", "pa_lrp")
-#: per family: (config class, causal LM class, config overrides on top of the preset); head_dim 32 everywhere
+#: per family: (config class, model class, config overrides on top of the preset); head_dim 32 everywhere
 #: (hidden 256 / 8 heads in the small preset), windows and soft-caps as in the real checkpoints
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
@@ -65,6 +65,10 @@ FAMILIES = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"sliding_window": 2047, "vocab_size": 32064}),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"num_key_value_heads": None,
                                                          "intermediate_size": "4x"}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"num_key_value_heads": None, "intermediate_size": None}),
+    "opt": ("OPTConfig", "OPTForCausalLM", {"num_key_value_heads": None, "intermediate_size": None, "ffn_dim": "4x"}),
+    "bloom": ("BloomConfig", "BloomForCausalLM", {"num_key_value_heads": None, "intermediate_size": None}),
+    "bert": ("BertConfig", "BertForSequenceClassification", {"num_key_value_heads": None, "intermediate_size": "4x"}),
 }
 
 
