@@ -22,7 +22,7 @@ def classifier():
     from transformers import LlamaForSequenceClassification
 
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification(synthetic_text.tiny_llama_config("cls")).eval()
+    model = LlamaForSequenceClassification(synthetic_text.tiny_text_config("cls")).eval()
     return model, synthetic_text.build_tiny_tokenizer()
 
 

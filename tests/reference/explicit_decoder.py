@@ -211,7 +211,7 @@ def explicit_relevance(model, ids, *, sinks: bool, target=None):
     if n_attn_out is not None:
         R_a = n_attn_out.relevance(R_a)
     R_o = ref.linear_epsilon(o, W_o, b_o, R_a).view(T, n_heads, hd).transpose(0, 1)
-    R_q_rot, R_k_rep, R_v_rep, _ = ref.attention_attnlrp(q_rot, k_rep, v_rep, attn.scaling, R_o, valid, cap)
+    R_q_rot, R_k_rep, R_v_rep, _ = ref.attention_attnlrp(q_rot, k_rep, v_rep, attn.scaling, R_o, valid, cap=cap)
     R_k_rot = R_k_rep.view(-1, rep, T, hd).sum(1)  # a shared k/v head collects from the query heads using it
     R_v = R_v_rep.view(-1, rep, T, hd).sum(1)
     R_q, R_cos_q, R_sin_q = _rope_relevance(q_saved, R_q_rot, sinks)
