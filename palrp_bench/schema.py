@@ -80,8 +80,12 @@ class ModelConfig:
     kind: ModelKind = ModelKind.none
     #: hub id, timm name, local folder / checkpoint, or the embedded model's kind
     source: str = ""
-    #: tokenizer hub id or folder (text models; defaults to ``source``)
+    #: tokenizer hub id or folder (text models). Unset: ``source`` when it is a hub id or a local folder holding
+    #: tokenizer files, else ``base_model`` (:func:`palrp_bench.models.loading.tokenizer_source`)
     tokenizer: Optional[str] = None
+    #: hub id of the model a local checkpoint was finetuned from: its tokenizer when ``source`` holds none, and its
+    #: architecture for plans before the weights are here (``mode=plan``)
+    base_model: Optional[str] = None
     #: local weights file for the architecture named by ``source`` (DeiT: an official facebookresearch .pth)
     checkpoint: Optional[str] = None
     dtype: DType = DType.float32

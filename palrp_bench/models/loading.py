@@ -6,17 +6,22 @@ NF4), timm vision transformers (DeiT: PROTOCOL.md section 5), and the registry o
 * :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub.
 * :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`); ``torchvision``
   loads torchvision ViTs as timm models (:mod:`palrp_bench.models.torchvision_vit`).
+* :func:`tokenizer_source`: which tokenizer a model config loads; :func:`weights_description`: what is read.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInputError, MissingDataError, UnsupportedModelError
-from ..hub import cached_hub_file, hub_offline, hub_reachable
+from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, is_local_path
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
-           "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS"]
+           "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
+           "weights_description", "BNB_KERNELS_NOTE"]
+
+log = logging.getLogger(__name__)
 
 #: dtype names of the model configs (torch attribute names)
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -48,6 +53,7 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch_dtype)
         device_map = device_map or ("auto" if torch.cuda.is_available() else "cpu")
+        _replace_bnb_kernels_warning()
     elif quantization not in (None, "none"):
         raise BadInputError(f"unknown quantization {quantization!r}", "use nf4 or none")
     try:
@@ -61,6 +67,41 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
     model.eval()
     keep_4bit_differentiable(model)
     return model
+
+
+#: what replaces bitsandbytes' warning that the ``kernels`` package is missing (see
+#: :func:`_replace_bnb_kernels_warning`)
+BNB_KERNELS_NOTE = ("bitsandbytes: its optional fused 4-bit CPU kernel (package `kernels`, fetched from the hub at run "
+                    "time) is not available; this costs palrp-bench no speed, because that kernel serves only "
+                    "inference on repacked weights, which explanations need to avoid (docs/engine.md, 4-bit NF4 on "
+                    "CPU)")
+_BNB_KERNELS_LOGGER = "bitsandbytes.backends.cpu.ops"
+_BNB_KERNELS_MESSAGE = "Failed to load CPU gemm_4bit_forward from kernels-community"
+
+
+class _BnbKernelsNote(logging.Filter):
+    """Drops bitsandbytes' "pip install kernels" warning and logs :data:`BNB_KERNELS_NOTE` once instead."""
+
+    noted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(_BNB_KERNELS_MESSAGE):
+            return True
+        if not _BnbKernelsNote.noted:
+            _BnbKernelsNote.noted = True
+            log.info(BNB_KERNELS_NOTE)
+        return False
+
+
+def _replace_bnb_kernels_warning() -> None:
+    """Install :class:`_BnbKernelsNote` on the bitsandbytes logger that warns, at its import on CPUs with
+    AVX512-BF16, that the ``kernels`` package is missing. That kernel would replace the packed-weight inference
+    path only (``gemv_4bit`` on ``packing_format_for_cpu`` weights), which :func:`keep_4bit_differentiable`
+    switches off so that gradients flow; installing ``kernels`` would not help offline either (it downloads its
+    code from the hub). Idempotent."""
+    logger = logging.getLogger(_BNB_KERNELS_LOGGER)
+    if not any(isinstance(f, _BnbKernelsNote) for f in logger.filters):
+        logger.addFilter(_BnbKernelsNote())
 
 
 def keep_4bit_differentiable(model) -> None:
@@ -178,6 +219,34 @@ def _create_pretrained(timm, tagged: str, kwargs: dict):
         raise MissingDataError(f"cannot download {tagged} ({type(err).__name__})", fix) from None
 
 
+def holds_tokenizer(folder: str | Path) -> bool:
+    """Whether a local folder holds tokenizer files (:data:`palrp_bench.hub.TOKENIZER_FILES`)."""
+    folder = Path(folder).expanduser()
+    return folder.is_dir() and any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def tokenizer_source(cfg) -> str:
+    """The tokenizer a model config loads, in this order: ``model.tokenizer`` when set; ``model.source`` when it
+    is a hub id or a local folder holding tokenizer files (a finetuned folder saved with its tokenizer is its own
+    tokenizer, so ``model.source=/ckpt/x`` works offline); else ``model.base_model``; else ``model.source``
+    (which then fails with a one-line error naming ``model.tokenizer``)."""
+    if getattr(cfg, "tokenizer", None):
+        return str(cfg.tokenizer)
+    source = str(cfg.source)
+    if not is_local_path(source) or holds_tokenizer(source):
+        return source
+    return str(getattr(cfg, "base_model", None) or source)
+
+
+def weights_description(cfg) -> str:
+    """What a model config's loader reads, for log lines: the checkpoint file when ``model.checkpoint`` is set
+    (the DeiT ``.pth``, with the architecture it is loaded into), else ``model.source``."""
+    checkpoint = getattr(cfg, "checkpoint", None)
+    if checkpoint:
+        return f"checkpoint {Path(str(checkpoint)).expanduser()} into {cfg.source}"
+    return str(cfg.source)
+
+
 def load_tokenizer(name_or_path: str):
     """``AutoTokenizer.from_pretrained`` with a one-line :class:`MissingDataError`."""
     from transformers import AutoTokenizer
@@ -216,7 +285,7 @@ def _load_hf(cfg, device: str):
                           device_map=device_map)
     if quant is None:
         model = model.to(device)
-    return model, load_tokenizer(cfg.tokenizer or cfg.source)
+    return model, load_tokenizer(tokenizer_source(cfg))
 
 
 @register_loader("timm")

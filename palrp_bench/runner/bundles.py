@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 
 def load_bundle(cfg: ModelConfig, device: str) -> ModelBundle:
     """Load the model of ``cfg`` onto ``device``."""
-    from ..models.loading import load_model
+    from ..models.loading import load_model, weights_description
 
-    log.info("loading model %s (%s) on %s", cfg.name, cfg.source, device)
+    log.info("loading model %s (%s) on %s", cfg.name, weights_description(cfg), device)
     try:
         model, tokenizer = load_model(cfg, device)
     except PalrpError:
