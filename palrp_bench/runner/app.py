@@ -15,15 +15,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import PalrpError
-from .devices import resolve_devices
+from ..errors import BadInputError, PalrpError
+from ..hub import go_offline
+from .devices import DevicePlan, resolve_devices
 from ..atomic_io import write_json_atomic
 from ..rundir import RESULTS_CSV
 from ..schema import Mode
 from .execute import JobReport
 from .merge import MergeOutcome, merge_run
 from .plan import Cell, Job, plan_cells, plan_jobs
-from .preflight import check_requirements
+from .preflight import Problem, check_requirements
 from .workers import run_jobs
 
 log = logging.getLogger("palrp_bench.runner")
@@ -76,7 +77,10 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
         print(result.text, file=out)
         return None
     cells = plan_cells(cfg)
-    devices = resolve_devices(list(cfg.runner.devices))
+    try:
+        devices, device_problem = resolve_devices(list(cfg.runner.devices)), None
+    except BadInputError as err:  # listed with every other problem
+        devices, device_problem = DevicePlan(("cpu",), False), Problem(err.problem, err.fix or "")
     jobs = plan_jobs(cfg, cells, devices.n_workers)
     if mode == Mode.plan:
         print(describe_plan(jobs, cfg.experiment), file=out)
@@ -88,7 +92,11 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
         os.environ["TQDM_DISABLE"] = "1"
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    check_requirements(cells, devices, _what(cfg, cells))
+    selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
+    found = check_requirements(cells, devices, _what(cfg, cells), selected, device_problem)
+    if found.hub == "unreachable":
+        log.warning("the hub did not answer; running offline from the local cache")
+        go_offline()
     run_dir.mkdir(parents=True, exist_ok=True)
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))

@@ -1,47 +1,138 @@
-"""Before any job starts: is everything the planned cells need on this machine? (issue "Makefile", "Bad input")
+"""Before any model loads: is everything the planned cells need on this machine? (``mode=run``, ``plan``,
+``calibrate``; docs/planning.md "Preflight")
 
-``make table1`` on a laptop must stop at once with ONE line listing what is missing -- a GPU, model weights,
-dataset files -- instead of failing an hour in. Checks never touch the network: a hub model or dataset counts
-as present when it is in the local Hugging Face cache; when it is not, it is listed as missing if the hub is
-switched off (``HF_HUB_OFFLINE=1``) and otherwise left to the loader (which downloads it, or fails with a
-one-line :class:`~palrp_bench.errors.MissingDataError`).
+A paper table on a machine that lacks something must stop at once, listing EVERY problem with its fix, instead
+of finding them one per invocation after a model load of minutes. Checked, in this order:
 
-Model sources starting with ``/``, ``./``, ``../`` or ``~`` are local paths; anything else is a hub id (or a timm
-name for DeiT).
+* devices: a model marked ``needs_gpu`` while ``runner.devices=[auto]`` found no GPU; a ``runner.devices`` entry
+  this machine does not have;
+* models: embedded assets, DeiT checkpoint files, local checkpoint folders (``config.json`` and weights), the
+  tokenizer each text model will load (:func:`palrp_bench.models.loading.tokenizer_source`);
+* datasets: local files with their expected sizes (IMDB rows, the 50,000 ImageNet validation images that
+  ``subset=protocol5000`` needs, the 4,276 entries of ``gtsegs_ijcv.mat``), using the dataset modules' own
+  constants and listing code;
+* the hub, for everything not local: the local cache first (``huggingface_hub.try_to_load_from_cache``, no
+  network). Offline (``HF_HUB_OFFLINE=1``) an uncached item is a problem. Online, ONE reachability probe
+  (:data:`palrp_bench.hub.HUB_PROBE_TIMEOUT` seconds); when the hub does not answer, uncached items are problems
+  and the run continues offline (:func:`palrp_bench.hub.go_offline`: no loader retries a dead hub); when it
+  answers, each hub model's access is checked once (``huggingface_hub.auth_check``, bounded), so a gated
+  LLaMA without granted access is reported before anything loads.
+
+Every fix is written as the command-line overrides that apply it (``task=imagenet task.options.subset=all``,
+``++task.options.expected_count=null`` where the key is new), with the group selection prefixed when the
+command line did not select that group.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import MissingDataError
-from ..hub import hub_cached, hub_offline
+from ..errors import BadInputError, MissingDataError
+from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, WEIGHT_FILES, cached_hub_file, hub_access,
+                   hub_cached, hub_endpoint, hub_model_cached, hub_offline, hub_reachable, hub_tokenizer_cached,
+                   is_local_path)
 from .devices import DevicePlan
 from .plan import Cell
 
-#: how to obtain each dataset (printed once when it is missing)
-DATASET_HINTS = {
-    "imdb": "download the Kaggle 'IMDB Dataset of 50K Movie Reviews' CSV to task.path",
-    "imagenet": "put the ImageNet validation set (class sub-folders) at task.path",
-    "imagenet_seg": "download gtsegs_ijcv.mat (http://calvin-vision.net/bigstuff/proj-imagenet/data/gtsegs_ijcv.mat) "
-                    "to task.path",
-}
-HINT_GPU = "run on a GPU machine (runner.devices=[cpu] forces the CPU anyway)"
-HINT_WEIGHTS = ("finetune the IMDB classifiers with the official recipe (PROTOCOL.md section 2) and point "
-                "model.source at them")
-HINT_CHECKPOINT = "point model.source at the checkpoint"
-HINT_TORCHVISION = "download the torchvision weights once with network access or point model.checkpoint at them"
-HINT_HUB = "download hub models / datasets once with network (HF_HUB_OFFLINE=1 forbids it)"
-#: hub datasets and the repository they come from
+__all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight", "missing_requirements",
+           "check_requirements", "HUB_DATASETS"]
+
+#: hub datasets and the repository they come from (``task.path`` unset)
 HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia"}
+#: the Hugging Face copy of IMDB (``task.options.source=hf`` without ``task.path``)
+HUB_IMDB = "stanfordnlp/imdb"
+#: hub datasets read by streaming: the loader never fills the local cache, so offline they need ``task.path``
+STREAMED_DATASETS = {"wikipedia"}
+DEIT_WEIGHTS_URL = "https://github.com/facebookresearch/deit"
 
 
-def is_local_path(source: str) -> bool:
-    return source.startswith(("/", "./", "../", "~"))
+@dataclass(frozen=True)
+class Problem:
+    """One thing the run needs and this machine lacks: what, and how to fix it (command-line overrides where the
+    fix is a setting)."""
+
+    item: str
+    fix: str
 
 
-HINT_EMBEDDED = "recreate the embedded assets with scripts/train_tiny_text.py / scripts/train_tiny_vit.py"
+class MissingRequirementsError(MissingDataError):
+    """Everything the planned cells lack, one problem per line, each with its fix."""
+
+    def __init__(self, what: str, problems: list[Problem]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(f"cannot run {what}: {self.problems[0].item}", self.problems[0].fix)
+        else:
+            super().__init__(f"cannot run {what}: {len(self.problems)} problems found before loading anything",
+                             "fix each as shown, then run the same command again")
+
+    def __str__(self) -> str:
+        if len(self.problems) == 1:
+            return super().__str__()
+        return "\n".join([f"{self.problem}:"] + format_problems(self.problems))
 
 
+#: width the problem list is wrapped to
+WIDTH = 100
+
+
+def format_problems(problems: list[Problem], indent: str = "  ") -> list[str]:
+    """Numbered ``item`` lines, each followed by its ``fix:`` line, wrapped at :data:`WIDTH` columns (overrides are
+    never split)."""
+    import textwrap
+
+    lines = []
+    for i, problem in enumerate(problems, 1):
+        head = f"{indent}{i}. "
+        pad = " " * len(head)
+        lines += textwrap.wrap(problem.item, WIDTH, initial_indent=head, subsequent_indent=pad,
+                               break_long_words=False, break_on_hyphens=False)
+        lines += textwrap.wrap(problem.fix, WIDTH, initial_indent=f"{pad}fix: ", subsequent_indent=f"{pad}     ",
+                               break_long_words=False, break_on_hyphens=False)
+    return lines
+
+
+@dataclass
+class Preflight:
+    """What the preflight found: the problems, and the hub as seen now (``offline`` = switched off by the user,
+    ``unreachable`` = the probe got no answer, ``online``, or ``unused`` = nothing comes from the hub)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    hub: str = "unused"
+
+    def add(self, item: str, fix: str) -> None:
+        problem = Problem(item, fix)
+        if problem not in self.problems:
+            self.problems.append(problem)
+
+
+@dataclass
+class _HubNeed:
+    """Something a cell takes from the hub: ``repo`` (model or dataset), why (``what``), whether the local cache
+    has it, the fix that avoids the hub, and whether to check gated access."""
+
+    repo: str
+    repo_type: str
+    what: str
+    cached: bool
+    fix: str
+    check_access: bool
+
+
+class _Overrides:
+    """Writes fixes as command-line overrides, prefixing ``group=<name>`` when the command line did not select
+    the group (``task.path=...`` alone is refused without ``task=...``)."""
+
+    def __init__(self, selected: frozenset[str]):
+        self.selected = selected
+
+    def __call__(self, group: str, name: str, *assignments: str) -> str:
+        prefix = [] if group in self.selected else [f"{group}={name}"]
+        return " ".join(prefix + list(assignments))
+
+
+# ------------------------------------------------------------------------------------------------- models
 def _embedded_assets(model) -> list[Path]:
     if model.loader == "embedded_text":
         from ..data.synthetic_text import ASSET_DIR
@@ -54,64 +145,251 @@ def _embedded_assets(model) -> list[Path]:
     return []
 
 
-def _model_missing(cell: Cell) -> list[tuple[str, str]]:
-    model = cell.model
-    missing = [(f"embedded asset {path} ({model.name})", HINT_EMBEDDED)
-               for path in _embedded_assets(model) if not path.is_file()]
-    if model.loader == "timm" and model.checkpoint is not None:
-        if not Path(model.checkpoint).expanduser().is_file():
-            missing.append((f"checkpoint {model.checkpoint} ({model.name})", HINT_CHECKPOINT))
-    elif model.loader == "torchvision":
+def _timm_hub_id(source: str) -> str:
+    """timm's hub repository of ``name[.tag]`` (the loader's default tag is ``fb_in1k``)."""
+    base, _, tag = str(source).partition(".")
+    return f"timm/{base}.{tag or 'fb_in1k'}"
+
+
+def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
+    name = model.name
+    for path in _embedded_assets(model):
+        if not path.is_file():
+            found.add(f"embedded asset {path} ({name})",
+                      "recreate it: python scripts/train_tiny_text.py / python scripts/train_tiny_vit.py")
+    if model.loader == "torchvision":
         from ..models.torchvision_vit import weights_file
 
         path = Path(model.checkpoint).expanduser() if model.checkpoint else weights_file(model.source)
         if not path.is_file() and (model.checkpoint or hub_offline()):
-            missing.append((f"torchvision weights {path} ({model.name})", HINT_TORCHVISION))
-    elif model.loader in ("hf", "timm"):
-        sources = [model.source] + ([model.tokenizer] if model.tokenizer else [])
-        for source in sources:
-            if is_local_path(source):
-                if not Path(source).expanduser().exists():
-                    finetuned = model.kind.value == "classifier"
-                    missing.append((f"{'finetuned weights' if finetuned else 'checkpoint'} {source} ({model.name})",
-                                    HINT_WEIGHTS if finetuned else HINT_CHECKPOINT))
-            else:
-                repo = f"timm/{source}" if model.loader == "timm" else source
-                if not hub_cached(repo) and hub_offline():
-                    missing.append((f"hub model {repo} ({model.name})", HINT_HUB))
-    return missing
+            found.add(f"torchvision weights {path} ({name}): no such file"
+                      + ("" if model.checkpoint else " and the network is switched off (HF_HUB_OFFLINE=1)"),
+                      fix("model", name, "model.checkpoint=<weights.pth>")
+                      + " (or run once with network: torchvision downloads them)")
+        return
+    if model.loader == "timm":
+        if model.checkpoint is not None:
+            if not Path(model.checkpoint).expanduser().is_file():
+                found.add(f"DeiT checkpoint file {model.checkpoint} ({name})",
+                          fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})")
+        else:
+            repo = _timm_hub_id(model.source)
+            needs.append(_HubNeed(repo, "model", f"pretrained weights {repo} ({name})",
+                                  cached_hub_file(repo) is not None,
+                                  fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})",
+                                  check_access=False))
+        return
+    if model.loader != "hf":
+        return
+    source = str(model.source)
+    finetuned = getattr(model.kind, "value", model.kind) == "classifier"
+    what = "finetuned weights" if finetuned else "checkpoint"
+    source_fix = fix("model", name, "model.source=<folder>")
+    if finetuned:
+        quantized = " --quantized" if getattr(model.quantization, "value", model.quantization) == "nf4" else ""
+        source_fix += (" (train one: python scripts/finetune_imdb.py --model "
+                       f"{model.base_model or '<base_model>'}{quantized} --output-dir <dir>; use <dir>/best)")
+    if is_local_path(source):
+        folder = Path(source).expanduser()
+        if not folder.exists():
+            found.add(f"{what} {source} ({name}): no such folder", source_fix)
+            return  # its tokenizer depends on what the folder will hold
+        if not (folder / "config.json").is_file():
+            found.add(f"{what} {source} ({name}): no config.json in it (not a saved Hugging Face model)", source_fix)
+        elif not any((folder / w).is_file() for w in WEIGHT_FILES):
+            found.add(f"{what} {source} ({name}): no weights in it ({', '.join(WEIGHT_FILES[:2])}, ...)", source_fix)
+    else:
+        needs.append(_HubNeed(source, "model", f"hub model {source} ({name})", hub_model_cached(source),
+                              fix("model", name, "model.source=<folder>"), check_access=True))
+    _tokenizer_checks(model, found, needs, fix)
 
 
-def _data_missing(cell: Cell) -> list[tuple[str, str]]:
-    task = cell.task
+def _tokenizer_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
+    from ..models.loading import holds_tokenizer, tokenizer_source
+
+    tokenizer = tokenizer_source(model)
+    tok_fix = fix("model", model.name, "model.tokenizer=<tokenizer>") + " (a hub id or folder)"
+    if is_local_path(tokenizer):
+        if Path(tokenizer).expanduser().exists() and not holds_tokenizer(tokenizer):
+            found.add(f"tokenizer of {model.name}: {tokenizer} holds no tokenizer files "
+                      "(tokenizer.json, tokenizer_config.json, tokenizer.model)", tok_fix)
+        elif not Path(tokenizer).expanduser().exists() and tokenizer != str(model.source):
+            found.add(f"tokenizer folder {tokenizer} ({model.name}): no such folder", tok_fix)
+        return
+    if tokenizer == str(model.source):
+        return  # the hub model's own repository: checked with the model
+    needs.append(_HubNeed(tokenizer, "model", f"hub tokenizer {tokenizer} ({model.name})",
+                          hub_tokenizer_cached(tokenizer), tok_fix, check_access=True))
+
+
+# ----------------------------------------------------------------------------------------------- datasets
+def _imdb_checks(task, found: Preflight, fix: _Overrides) -> None:
+    from ..data.imdb import KAGGLE_CSV_NAME, KAGGLE_URL, OFFICIAL_TEST_SIZE
+
+    csv = Path(task.path).expanduser()
+    if csv.is_dir():
+        csv = csv / KAGGLE_CSV_NAME
+    path_fix = fix("task", task.name, "task.path=<csv>") + f" (the Kaggle '{KAGGLE_CSV_NAME}': {KAGGLE_URL})"
+    if not csv.is_file():
+        found.add(f"IMDB CSV {csv} ({task.name}): no such file", path_fix)
+        return
+    if task.options.get("source", "kaggle_csv") != "kaggle_csv":
+        return
+    import pandas as pd
+
+    try:
+        n_rows = len(pd.read_csv(csv, usecols=["sentiment"]))
+    except (OSError, ValueError) as err:
+        found.add(f"IMDB CSV {csv} ({task.name}) cannot be read as the Kaggle file "
+                  f"({str(err).splitlines()[0][:80]})", path_fix)
+        return
+    n_test = math.ceil(OFFICIAL_TEST_SIZE * n_rows)
+    if task.pool_size is not None and n_test < task.pool_size:
+        found.add(f"IMDB CSV {csv} has {n_rows} rows: its test part ({n_test}) is smaller than the pool of "
+                  f"{task.pool_size} ({task.name}; the Kaggle file has 50,000 rows)",
+                  path_fix + f", or {fix('task', task.name, f'task.pool_size={n_test}')}")
+
+
+def _imagenet_checks(task, found: Preflight, fix: _Overrides) -> None:
+    from ..data.imagenet import IMAGENET_VAL_SIZE, list_imagenet_val
+
+    path_fix = fix("task", task.name, "task.path=<imagenet>") + " (the folder holding val/)"
+    try:
+        listing = list_imagenet_val(task.path, task.options.get("labels_file"))
+    except (MissingDataError, BadInputError) as err:
+        found.add(f"ImageNet validation set at {task.path} ({task.name}): {err.problem}",
+                  f"{path_fix} ({err.fix})" if err.fix else path_fix)
+        return
+    count = len(listing.files)
+    subset = task.options.get("subset", "protocol5000")
+    if subset == "protocol5000" and count != IMAGENET_VAL_SIZE:
+        found.add(f"ImageNet at {task.path} holds {count:,} labelled images; subset=protocol5000 is defined on "
+                  f"all {IMAGENET_VAL_SIZE:,} ({task.name})",
+                  f"{path_fix} (the complete set), or {fix('task', task.name, 'task.options.subset=all')} "
+                  f"(or task.options.subset=<k> <= {count})")
+    elif isinstance(subset, int) and not isinstance(subset, bool) and subset > count:
+        found.add(f"ImageNet at {task.path} holds {count:,} labelled images, fewer than subset={subset} "
+                  f"({task.name})", fix("task", task.name, f"task.options.subset={count}"))
+
+
+def _imagenet_seg_checks(task, found: Preflight, fix: _Overrides) -> None:
+    from ..data.imagenet_seg import IMAGENET_SEG_COUNT, IMAGENET_SEG_FILENAME, IMAGENET_SEG_URL, load_imagenet_seg
+
+    path_fix = (fix("task", task.name, f"task.path=<{IMAGENET_SEG_FILENAME}>")
+                + f" (download {IMAGENET_SEG_URL}; python scripts/get_imagenet_seg.py checks it)")
+    try:
+        count = len(load_imagenet_seg(task.path, expected_count=None))
+    except (MissingDataError, BadInputError) as err:
+        found.add(f"ImageNet-segmentation file ({task.name}): {err.problem}", path_fix)
+        return
+    expected = task.options.get("expected_count", IMAGENET_SEG_COUNT)
+    if expected is not None and count != expected:
+        found.add(f"{task.path} holds {count:,} entries, expected {expected:,} ({task.name})",
+                  f"{path_fix}, or {fix('task', task.name, '++task.options.expected_count=null')} "
+                  "(evaluates the entries it has)")
+
+
+#: ``task.dataset`` -> checks of its local file(s) and their expected sizes
+DATASET_CHECKS = {"imdb": _imdb_checks, "imagenet": _imagenet_checks, "imagenet_seg": _imagenet_seg_checks}
+
+
+def _task_checks(task, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
     if task.path is not None:
-        if not Path(task.path).expanduser().exists():
-            return [(f"dataset file {task.path} ({task.name})", DATASET_HINTS.get(task.dataset, "set task.path"))]
-        return []
+        check = DATASET_CHECKS.get(task.dataset)
+        if check is not None:
+            check(task, found, fix)
+        elif not Path(task.path).expanduser().exists():
+            found.add(f"dataset file {task.path} ({task.name}): no such file or folder",
+                      fix("task", task.name, "task.path=<path>"))
+        return
     repo = HUB_DATASETS.get(task.dataset)
-    if repo is not None and not hub_cached(repo, "dataset") and hub_offline("dataset"):
-        return [(f"hub dataset {repo} ({task.name})", HINT_HUB)]
-    return []
+    if task.dataset == "imdb" and task.options.get("source") == "hf":
+        repo = HUB_IMDB
+    if repo is None:
+        return
+    cached = task.dataset not in STREAMED_DATASETS and hub_cached(repo, "dataset")
+    local_copy = {"arc": "<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
+                  "wikipedia": "<wikipedia> (20231101.en/train-00000-of-00041.parquet)"}.get(task.dataset, "<path>")
+    needs.append(_HubNeed(repo, "dataset", f"hub dataset {repo} ({task.name})", cached,
+                          fix("task", task.name, f"task.path={local_copy}"), check_access=False))
 
 
-def missing_requirements(cells: list[Cell], devices: DevicePlan) -> list[tuple[str, str]]:
-    """Everything the cells need that this machine lacks, as ``(item, how to get it)`` (empty = ready)."""
-    missing: list[tuple[str, str]] = []
+# ---------------------------------------------------------------------------------------------------- hub
+def _hub_checks(needs: list[_HubNeed], found: Preflight) -> None:
+    if not needs:
+        return
+    offline_models = hub_offline("model")
+    if offline_models and all(hub_offline(n.repo_type) for n in needs):
+        found.hub = "offline"
+    elif hub_reachable(timeout=HUB_PROBE_TIMEOUT):
+        found.hub = "online"
+    else:
+        found.hub = "unreachable"
+    endpoint = hub_endpoint()
+    for need in needs:
+        offline = hub_offline(need.repo_type) or found.hub == "unreachable"
+        if need.cached and not (found.hub == "online" and need.check_access):
+            continue
+        if offline:
+            if need.cached:
+                continue
+            why = ("HF_HUB_OFFLINE=1" if hub_offline(need.repo_type)
+                   else f"the hub ({endpoint}) did not answer within {HUB_PROBE_TIMEOUT:g} s")
+            found.add(f"{need.what}: not in the local Hugging Face cache and {why}",
+                      f"{need.fix}, or download it once on a machine with network (same cache: HF_HOME)")
+            continue
+        if need.check_access:
+            access = hub_access(need.repo, need.repo_type)
+            if access == ACCESS_GATED:
+                found.add(f"{need.what}: gated on the hub and this machine's token has no access",
+                          f"request access on {endpoint}/{need.repo}, then log in (`hf auth login` or HF_TOKEN); "
+                          f"or {need.fix}")
+            elif access == ACCESS_NOT_FOUND:
+                found.add(f"{need.what}: the hub has no such repository (or it is private)", need.fix)
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[str] | set[str] = frozenset(),
+                  device_problem: Problem | None = None) -> Preflight:
+    """Every problem of ``cells`` on this machine (see the module docstring). ``selected``: the config groups
+    the command line selected (fixes then omit ``group=<name>``); ``device_problem``: a ``runner.devices``
+    problem found while resolving the devices."""
+    fix = _Overrides(frozenset(selected))
+    found = Preflight()
+    if device_problem is not None:
+        found.add(device_problem.item, device_problem.fix)
     gpu_models = sorted({c.model.name for c in cells if c.model.needs_gpu})
     if gpu_models and devices.cpu_by_fallback:
-        missing.append((f"a CUDA GPU (for {', '.join(gpu_models)})", HINT_GPU))
+        found.add(f"a CUDA GPU (for {', '.join(gpu_models)}): runner.devices=[auto] found none",
+                  "runner.devices=[cpu] (runs them on the CPU anyway; mode=plan shows how long that takes)")
+    needs: list[_HubNeed] = []
+    seen_models: set[str] = set()
+    seen_tasks: set[str] = set()
     for cell in cells:
-        for item in _model_missing(cell) + _data_missing(cell):
-            if item not in missing:
-                missing.append(item)
-    return missing
+        if repr(cell.model) not in seen_models:
+            seen_models.add(repr(cell.model))
+            _model_checks(cell.model, found, needs, fix)
+        if repr(cell.task) not in seen_tasks:
+            seen_tasks.add(repr(cell.task))
+            _task_checks(cell.task, found, needs, fix)
+    unique: dict[tuple[str, str, str], _HubNeed] = {}
+    for need in needs:
+        unique.setdefault((need.repo, need.repo_type, need.what), need)
+    _hub_checks(list(unique.values()), found)
+    return found
 
 
-def check_requirements(cells: list[Cell], devices: DevicePlan, what: str) -> None:
-    """Raise one :class:`MissingDataError` listing every missing requirement of ``what`` and, once each, the
-    ways to get them."""
-    missing = missing_requirements(cells, devices)
-    if missing:
-        hints = list(dict.fromkeys(h for _, h in missing))
-        raise MissingDataError(f"cannot run {what}: missing " + "; ".join(item for item, _ in missing),
-                               "; ".join(hints))
+def missing_requirements(cells: list[Cell], devices: DevicePlan,
+                         selected: frozenset[str] | set[str] = frozenset()) -> list[tuple[str, str]]:
+    """Everything the cells need that this machine lacks, as ``(item, fix)`` (empty = ready)."""
+    return [(p.item, p.fix) for p in run_preflight(cells, devices, selected).problems]
+
+
+def check_requirements(cells: list[Cell], devices: DevicePlan, what: str,
+                       selected: frozenset[str] | set[str] = frozenset(),
+                       device_problem: Problem | None = None) -> Preflight:
+    """Raise :class:`MissingRequirementsError` listing every problem of ``what``; else return the preflight."""
+    found = run_preflight(cells, devices, selected, device_problem)
+    if found.problems:
+        raise MissingRequirementsError(what, found.problems)
+    return found

@@ -97,9 +97,13 @@ def test_batch_size_takes_an_integer_or_auto(tmp_path):
 
 
 def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):
-    line = _one_line_error(run_cli("experiment=table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path))
-    assert "cannot run experiment table1: missing a CUDA GPU" in line
-    assert "./checkpoints/tinyllama_imdb" in line and "IMDB Dataset.csv" in line
+    done = run_cli("experiment=table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-1500:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0] == "palrp-bench: error: cannot run experiment table1: 5 problems found before loading anything:"
+    listing = "\n".join(lines[1:])
+    assert "1. a CUDA GPU" in listing and "./checkpoints/tinyllama_imdb" in listing and "IMDB Dataset.csv" in listing
+    assert listing.count("fix: ") == 5
     assert not (tmp_path / "r" / "cells").exists()
 
 
