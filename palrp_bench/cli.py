@@ -7,6 +7,8 @@
     palrp-bench -m model=llama3_8b task=mcqa method=attnlrp,pe_only,pa_lrp
     palrp-bench experiment=table1                           # a paper table
     palrp-bench -m experiment=selftest hydra/launcher=submitit_slurm runner.n_shards=4 runner.shard=0,1,2,3
+    palrp-bench mode=plan experiment=table1                 # samples, time, memory, what is missing; writes nothing
+    palrp-bench mode=calibrate experiment=table1            # measure the cost constants on this machine
     palrp-bench mode=report run_dir=runs/<stamp>
     palrp-bench --help | --version
 
@@ -228,6 +230,24 @@ def _hydra_main(cfg: DictConfig) -> None:
         fail(err)
 
 
+#: modes that only read: no run directory, no config copy, no log file (their logging goes to stderr)
+_READ_ONLY_MODES = ("plan", "calibrate")
+
+
+def read_only_overrides(argv: list[str]) -> list[str]:
+    """Hydra overrides that keep ``mode=plan`` / ``mode=calibrate`` from creating ``runs/<stamp>/`` (Hydra's
+    output directory, its ``.hydra/`` copy and the run's log file; logs still go to stderr); a multirun sweep
+    keeps its ``multirun.yaml`` in the temporary directory."""
+    import tempfile
+
+    modes = {arg.split("=", 1)[1] for arg in argv if "=" in arg and arg.split("=", 1)[0].lstrip("+~") == "mode"}
+    if not modes & set(_READ_ONLY_MODES):
+        return []
+    sweep = os.path.join(tempfile.gettempdir(), "palrp-bench-plan")
+    return ["hydra.output_subdir=null", "hydra.run.dir=.", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=.",
+            "~hydra.job_logging.handlers.file", "hydra.job_logging.root.handlers=[console]"]
+
+
 def main() -> None:
     """Console-script entry point ``palrp-bench``."""
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -239,7 +259,7 @@ def main() -> None:
         check_overrides(argv)
     except BadInputError as err:
         fail(err)
-    sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *argv, *read_only_overrides(argv)]
     _hydra_main()
 
 

@@ -20,10 +20,13 @@ from .protocol import Protocol
 
 
 class Mode(Enum):
-    """What ``palrp-bench`` does: run the jobs (then merge), only print the job plan, or build the report."""
+    """What ``palrp-bench`` does: run the jobs (then merge), print the plan (samples, stored, estimated time and
+    memory, what is missing; nothing is written), measure the cost constants of the selected models on this
+    machine (``calibrate``: written to the user's cache, docs/planning.md), or build the report."""
 
     run = "run"
     plan = "plan"
+    calibrate = "calibrate"
     report = "report"
 
 

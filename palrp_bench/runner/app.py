@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import BadInputError, PalrpError
+from ..errors import BadInputError, MissingDataError, PalrpError
 from ..hub import go_offline
 from .devices import DevicePlan, resolve_devices
 from ..atomic_io import write_json_atomic
@@ -24,7 +24,7 @@ from ..schema import Mode
 from .execute import JobReport
 from .merge import MergeOutcome, merge_run
 from .plan import Cell, Job, plan_cells, plan_jobs
-from .preflight import Problem, check_requirements
+from .preflight import Problem, check_requirements, run_preflight
 from .workers import run_jobs
 
 log = logging.getLogger("palrp_bench.runner")
@@ -40,11 +40,15 @@ class RunOutcome:
     summary: str
 
 
-def describe_plan(jobs: list[Job], experiment=None) -> str:
-    lines = [] if experiment is None else [f"experiment {experiment.name}: {experiment.description}"]
-    lines.append(f"{len(jobs)} job(s):")
-    lines += [f"  {job.name}  metrics={','.join(job.cell.metrics)}" for job in jobs]
-    return "\n".join(lines)
+def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan,
+                  problems: list[Problem]) -> str:
+    """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices``;
+    totals; every problem of the preflight (:mod:`palrp_bench.runner.budget`)."""
+    from .budget import format_plan, plan_budget
+    from .cost import load_constants
+
+    budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, load_constants())
+    return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
 
 
 def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices: tuple[str, ...]) -> None:
@@ -79,24 +83,33 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     cells = plan_cells(cfg)
     try:
         devices, device_problem = resolve_devices(list(cfg.runner.devices)), None
-    except BadInputError as err:  # listed with every other problem
+    except BadInputError as err:  # listed with every other problem; planning goes on as on the CPU
         devices, device_problem = DevicePlan(("cpu",), False), Problem(err.problem, err.fix or "")
     jobs = plan_jobs(cfg, cells, devices.n_workers)
-    if mode == Mode.plan:
-        print(describe_plan(jobs, cfg.experiment), file=out)
-        return RunOutcome(run_dir, cells, jobs, [], None, "")
     from ..models.loading import OFFLINE_LOADERS
 
     if all(c.model.loader in OFFLINE_LOADERS for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
+    if mode == Mode.plan:
+        found = run_preflight(cells, devices, selected, device_problem)
+        print(describe_plan(cfg, cells, jobs, devices, found.problems), file=out)
+        if found.problems:
+            raise MissingDataError(f"plan incomplete: {len(found.problems)} problem(s) listed above",
+                                   "fix them, then run again")
+        return RunOutcome(run_dir, cells, jobs, [], None, "")
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
         os.environ["TQDM_DISABLE"] = "1"
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
     found = check_requirements(cells, devices, _what(cfg, cells), selected, device_problem)
     if found.hub == "unreachable":
         log.warning("the hub did not answer; running offline from the local cache")
         go_offline()
+    if mode == Mode.calibrate:
+        from .calibrate import calibrate
+
+        calibrate(cells, devices.devices, cfg.runner, out=out)
+        return RunOutcome(run_dir, cells, jobs, [], None, "")
     run_dir.mkdir(parents=True, exist_ok=True)
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))

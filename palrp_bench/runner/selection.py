@@ -153,10 +153,15 @@ class _CacheEntry:
                                       "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
 
+def cache_file_name(cell: Cell, key: dict | None = None) -> str:
+    """The file name of the cell's cache entry (in the user cache's ``selection/``, or the run directory's)."""
+    return f"{cell.model.name}__{cell.task.name}__{digest(selection_key(cell) if key is None else key)}.json"
+
+
 def _cache_entry(cell: Cell, run_dir: Path) -> _CacheEntry:
     """The user-cache entry of the cell, or one inside the run directory when the user cache is not writable."""
     key = selection_key(cell)
-    name = f"{cell.model.name}__{cell.task.name}__{digest(key)}.json"
+    name = cache_file_name(cell, key)
     folder = user_cache_dir() / "selection"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,554 @@
+"""The cost model of a cell: seconds per sample, model load time and peak memory on a device
+(docs/planning.md "Cost model"; used by ``mode=plan`` and ``mode=calibrate``).
+
+Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
+
+    units = E * r * T_e * P(T_e)  +  F * T_f * P(T_f)          P(T) = P_body + 2 * T * A * L
+
+* ``P_body``: parameters of the transformer blocks (what every token is multiplied with; embeddings and the
+  output head, applied at one position, are left out); ``A`` = heads x head dim, ``L`` = layers (the second term
+  is the attention's score and weighted-sum work as parameter equivalents).
+* ``E`` explanations over ``T_e`` tokens costing ``r`` forwards each: for LRP (one forward and one modified
+  backward) ``r`` is measured per family and quantization; other methods cost ``F + B (r - 1)`` for their ``F``
+  forwards and ``B`` backwards per sample (:func:`explanation_forwards`); ``F`` plain forwards over ``T_f``
+  tokens (:func:`sample_work`, counted from the procedures).
+* seconds per sample ``= o * max(E, 1) + s * units`` with ``s`` seconds per unit and ``o`` a fixed overhead per
+  explanation (Python, hooks, data, small kernels; it dominates for the embedded tiny models), per *profile*
+  (family, dtype, quantization) and device kind.
+* a run adds its start-up (imports) and merge: ``run_overhead_s + merge_s_per_cell * cells`` per device kind.
+* model load ``= load_s_per_gparam * params / 10^9``; selection (``first N correct``) costs one forward over
+  ``T_f`` tokens per candidate.
+* peak memory ``= runtime + weights + max(explanation activations, perturbation-forward activations)``:
+  weights by dtype (NF4: 0.5156 bytes per quantized parameter, double quantization), activations per layer
+  and token of the batch (:func:`peak_memory`).
+
+Constants: the shipped ``palrp_bench/assets/cost_defaults.yaml`` (CPU values measured, GPU kinds absent, i.e.
+*uncalibrated*: a plan shows no time for them rather than an invented one), overridden by ``cost.json`` in the
+user cache (``~/.cache/palrp-bench/``, or ``$XDG_CACHE_HOME`` / ``$PALRP_CACHE_DIR``) that ``mode=calibrate``
+writes (:mod:`palrp_bench.runner.calibrate`). Nothing is ever written into the installed package.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+from ..hub import cached_hub_file, is_local_path
+from .user_cache import user_cache_dir
+
+__all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
+           "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
+           "work_units", "typical_tokens", "peak_memory", "estimate", "profile_key", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
+           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
+
+SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
+GIGA = 1e9
+#: perturbed rows per NLP sample actually forwarded: original + 11 generation + 11 pruning steps, minus the three
+#: duplicates (generation 100% = pruning 0% = original; generation 0% = pruning 100% = all UNK), PROTOCOL.md sec. 2
+NLP_FORWARDS = 20
+#: next-token tasks prune by signed relevance, so with an even number N of perturbable tokens generation 50% and
+#: pruning 50% keep the same N/2 tokens: one more duplicate for half the samples
+NEXT_TOKEN_FORWARDS = 19.5
+#: pixel perturbation forwards per image: positive and negative, each 9 steps of the predicted-class map plus the
+#: original (for its prediction) and 9 steps of the target-class map (PROTOCOL.md section 3)
+VISION_FORWARDS = 38
+#: bytes per parameter of a 4-bit NF4 layer with double quantization: 4 bits + an 8-bit absmax per 64 weights
+#: + a float32 second-level scale per 256 absmax values
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+
+
+# ------------------------------------------------------------------------------------------- architectures
+@dataclass(frozen=True)
+class Architecture:
+    """What the cost model needs of a model: its family (``decoder``, ``vit``, ``none``), parameter counts and
+    shape. ``tokens`` / ``pixels``: the fixed token count (patches + class token) and input pixels of a ViT.
+    ``source``: where the numbers come from (a config.json, a known architecture, the timm definition)."""
+
+    family: str
+    params: int = 0
+    body_params: int = 0
+    linear_params: int = 0
+    layers: int = 0
+    hidden: int = 0
+    ffn: int = 0
+    heads: int = 0
+    attention_width: int = 0
+    tokens: int | None = None
+    source: str = ""
+    pixels: int | None = None
+
+
+#: model class of each ``model.kind`` (the head decides the parameter count)
+_HF_CLASSES = {"causal": "AutoModelForCausalLM", "classifier": "AutoModelForSequenceClassification",
+               "masked_lm": "AutoModelForMaskedLM"}
+
+
+def _blocks(module):
+    """The transformer blocks of a model: its ``ModuleList`` holding the most parameters."""
+    import torch
+
+    lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+
+def _linear_params(modules) -> int:
+    """Parameters of the linear layers (``nn.Linear``; GPT-2's ``Conv1D``) in ``modules``: what NF4 quantizes."""
+    import torch
+
+    return sum(p.numel() for block in modules for m in block.modules()
+               if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D" for p in m.parameters(recurse=False))
+
+
+@lru_cache(maxsize=64)
+def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Architecture:
+    import torch
+    import transformers
+
+    fields = json.loads(config_json)
+    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    cls = getattr(transformers, _HF_CLASSES.get(kind, "AutoModel"))
+    with torch.device("meta"):
+        model = cls.from_config(config)
+    blocks = _blocks(model)
+    hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None)
+              or getattr(config, "n_inner", None) or 4 * hidden)
+    return Architecture("decoder", sum(p.numel() for p in model.parameters()),
+                        sum(p.numel() for p in blocks.parameters()), _linear_params(blocks), len(blocks), hidden,
+                        ffn, heads, heads * head_dim, None, source)
+
+
+def hf_architecture(config: dict, kind: str, source: str = "") -> Architecture:
+    """The :class:`Architecture` of a Hugging Face model from its ``config.json`` fields and ``model.kind``: the
+    library's own class instantiated on the meta device (no memory, no weights), so every family transformers
+    knows is counted exactly (equals ``model.num_parameters()``, tested). The body is the model's largest
+    ``ModuleList`` (its transformer blocks)."""
+    return _hf_architecture_cached(json.dumps(config, sort_keys=True), kind, source)
+
+
+def _vit_architecture(module, source: str) -> Architecture:
+    import torch
+
+    blocks = list(module.blocks)
+    mlp_widths = [m.out_features for m in blocks[0].mlp.modules() if isinstance(m, torch.nn.Linear)]
+    hidden = int(module.embed_dim)
+    height, width = getattr(module.patch_embed, "img_size", None) or (224, 224)
+    return Architecture("vit", sum(p.numel() for p in module.parameters()),
+                        sum(p.numel() for b in blocks for p in b.parameters()), _linear_params(blocks), len(blocks),
+                        hidden, int(max(mlp_widths, default=4 * hidden)), int(blocks[0].attn.num_heads), hidden,
+                        int(module.patch_embed.num_patches + module.num_prefix_tokens), source, int(height * width))
+
+
+@lru_cache(maxsize=64)
+def _timm_architecture(name: str, options_json: str = "{}") -> Architecture:
+    import timm
+    import torch
+
+    base = name.partition(".")[0]
+    with torch.device("meta"):
+        module = timm.create_model(base, pretrained=False, **json.loads(options_json))
+    return _vit_architecture(module, f"timm definition of {base}")
+
+
+@lru_cache(maxsize=16)
+def _torchvision_architecture(source: str) -> Architecture:
+    """A torchvision ViT as the timm ViT it is loaded as (:mod:`palrp_bench.models.torchvision_vit`)."""
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    from ..models.torchvision_vit import weights_of
+
+    builder, weights = weights_of(source)
+    with torch.device("meta"):
+        tv = builder(weights=None, num_classes=len(weights.meta["categories"]))
+        module = VisionTransformer(img_size=tv.image_size, patch_size=tv.patch_size, embed_dim=tv.hidden_dim,
+                                   depth=len(tv.encoder.layers), num_heads=tv.encoder.layers[0].num_heads,
+                                   mlp_ratio=tv.mlp_dim / tv.hidden_dim, num_classes=tv.num_classes, qkv_bias=True)
+    return _vit_architecture(module, f"torchvision definition of {source}")
+
+
+def _hf_config(model, known: dict) -> tuple[dict, str] | None:
+    """``config.json`` of the model, looked up for ``source``, then ``base_model``, then the tokenizer's repository:
+    a local folder's file, the hub cache's, else the shipped table of known architectures."""
+    for candidate in (model.source, getattr(model, "base_model", None), model.tokenizer):
+        if not candidate:
+            continue
+        candidate = str(candidate)
+        if is_local_path(candidate):
+            path = Path(candidate).expanduser() / "config.json"
+            if path.is_file():
+                return json.loads(path.read_text()), f"{path}"
+            continue
+        cached = cached_hub_file(candidate, ("config.json",))
+        if cached is not None:
+            return json.loads(Path(cached).read_text()), f"config.json of {candidate} (hub cache)"
+        if candidate in known:
+            return dict(known[candidate]), f"known architecture {candidate}"
+    return None
+
+
+def architecture_of(model, constants: "CostConstants | None" = None) -> Architecture | None:
+    """The :class:`Architecture` of a model config without loading weights, or None when nothing describes it
+    (a local checkpoint that is not here and no known ``model.base_model``)."""
+    constants = constants or load_constants()
+    loader = model.loader
+    kind = getattr(model.kind, "value", model.kind)
+    if loader == "selftest":
+        return Architecture("none", source="no model")
+    if loader == "timm":
+        options = dict(getattr(model, "options", None) or {})
+        return _timm_architecture(str(model.source), json.dumps(options, sort_keys=True))
+    if loader == "torchvision":
+        return _torchvision_architecture(str(model.source))
+    if loader == "embedded_vit":
+        import torch
+        from timm.models.vision_transformer import VisionTransformer
+
+        from ..data.synthetic_vision import tiny_vit_paths
+
+        config = json.loads(tiny_vit_paths()[1].read_text())
+        with torch.device("meta"):
+            module = VisionTransformer(**config["timm_kwargs"])
+        return _vit_architecture(module, "embedded tiny ViT")
+    if loader == "embedded_text":
+        from ..data.synthetic_text import ASSET_DIR
+
+        path = ASSET_DIR / str(model.source) / "config.json"
+        return hf_architecture(json.loads(path.read_text()), kind, f"embedded {model.source}")
+    found = _hf_config(model, constants.architectures)
+    if found is None:
+        return None
+    return hf_architecture(found[0], kind, found[1])
+
+
+# -------------------------------------------------------------------------------------------------- work
+@dataclass(frozen=True)
+class Work:
+    """Per-sample work of a cell: ``explanations`` over ``explain_tokens`` tokens costing ``explain_forwards``
+    forwards each, and ``forwards`` plain forwards over ``forward_tokens`` tokens (means)."""
+
+    explanations: int
+    explain_tokens: float
+    forwards: float
+    forward_tokens: float
+    explain_forwards: float = 1.0
+
+
+def typical_tokens(task, constants: "CostConstants") -> float | None:
+    """Mean real tokens per sample of a text task (shipped table by dataset, capped at ``max_length``)."""
+    key = task.dataset
+    if task.dataset == "synthetic_text":
+        key = f"synthetic_text/{task.options.get('kind', 'cls')}"
+    tokens = constants.tokens.get(key)
+    if tokens is None:
+        return None
+    cap = task.options.get("max_length")
+    return float(min(tokens, cap) if cap else tokens)
+
+
+def _padded_length(task) -> int | None:
+    """Length every sample is padded to before the explanation (IMDB: max_length; synthetic sentiment: pad_to)."""
+    if task.dataset == "imdb":
+        from ..data.imdb import IMDB_MAX_LENGTH
+
+        return int(task.options.get("max_length", IMDB_MAX_LENGTH))
+    pad_to = task.options.get("pad_to")
+    return int(pad_to) if pad_to else None
+
+
+def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n_features: int) -> float:
+    """Forward-equivalents of one explanation of the cell's method: ``F + B * (r - 1)`` for the method's
+    ``(F forwards, B backwards)`` per sample (:meth:`palrp_bench.methods.registry.Method.passes` with the task's
+    hyperparameters; LRP is one of each, so exactly ``r``; Integrated Gradients ``n_steps`` of each; AtMan one
+    forward per suppressed token)."""
+    from ..methods.registry import get_method
+
+    method = get_method(cell.method)
+    context = getattr(cell, "context", None)
+    params = context("cpu", None, 1).method_params if callable(context) else {}
+    forwards, backwards = method.passes(params, n_features)
+    quant = getattr(cell.model.quantization, "value", cell.model.quantization)
+    return forwards + backwards * (constants.explain_forwards(arch, quant) - 1.0)
+
+
+def _attnlrp_forwards(n_features: float, steps) -> float:
+    """Forwards of the AttnLRP-paper perturbation (:mod:`palrp_bench.evaluation.attnlrp_perturbation`): most- and
+    least-relevant-first curves over ``min(N, steps) + 1`` steps each, sharing the empty and the full input."""
+    s = n_features if steps is None else min(n_features, int(steps))
+    return 2.0 * s
+
+
+def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | None:
+    """The :class:`Work` of one sample of ``cell`` (None when the task's token count is unknown). Forwards by
+    metric: ``nlp_perturbation`` :data:`NLP_FORWARDS` (next token :data:`NEXT_TOKEN_FORWARDS`),
+    ``vision_perturbation`` :data:`VISION_FORWARDS` (and a second, target-class explanation),
+    ``attnlrp_perturbation`` two curves over the features (tokens / pixels, at most ``perturbation_steps``),
+    ``segmentation`` / ``positional_share`` none."""
+    kind, metrics = cell.task.kind, set(cell.metrics)
+    steps = getattr(cell.task, "perturbation_steps", None)
+    if kind in ("text_classification", "next_token"):
+        real = typical_tokens(cell.task, constants)
+        if real is None:
+            return None
+        padded = _padded_length(cell.task) if kind == "text_classification" else None
+        forwards = 0.0
+        if "nlp_perturbation" in metrics:
+            forwards += NLP_FORWARDS if kind == "text_classification" else NEXT_TOKEN_FORWARDS
+        if "attnlrp_perturbation" in metrics:
+            forwards += _attnlrp_forwards(real, steps)
+        explained = float(padded or real)
+        return Work(1, explained, forwards, real, explanation_forwards(cell, arch, constants, round(explained)))
+    if kind in ("image_classification", "image_segmentation"):
+        tokens = float(arch.tokens or 0)
+        forwards = VISION_FORWARDS if "vision_perturbation" in metrics else 0.0
+        if "attnlrp_perturbation" in metrics:
+            size = cell.task.options.get("image_size")
+            forwards += _attnlrp_forwards(int(size) ** 2 if size else (arch.pixels or 224 * 224), steps)
+        patches = round(tokens) - 1 if tokens else 0
+        return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
+                    explanation_forwards(cell, arch, constants, patches))
+    return Work(0, 0.0, 0, 0.0)
+
+
+def _per_token(arch: Architecture, tokens: float) -> float:
+    return arch.body_params + 2.0 * tokens * arch.attention_width * arch.layers
+
+
+def work_units(arch: Architecture, work: Work) -> float:
+    """Units (10^9 parameter-tokens) of one sample (module docstring)."""
+    return (work.explanations * work.explain_forwards * work.explain_tokens * _per_token(arch, work.explain_tokens)
+            + work.forwards * work.forward_tokens * _per_token(arch, work.forward_tokens)) / GIGA
+
+
+def forward_units(arch: Architecture, tokens: float) -> float:
+    """Units of one plain forward over ``tokens`` tokens (a selection candidate)."""
+    return tokens * _per_token(arch, tokens) / GIGA
+
+
+# --------------------------------------------------------------------------------------------- constants
+@dataclass(frozen=True)
+class Profile:
+    """Speed constants of one profile on one device kind (module docstring): ``seconds_per_unit`` (None =
+    uncalibrated), ``overhead_s`` per explanation, ``load_s_per_gparam``; ``origin`` says where they come from."""
+
+    seconds_per_unit: float | None
+    overhead_s: float
+    load_s_per_gparam: float
+    origin: str
+
+
+@dataclass
+class CostConstants:
+    """The merged constants: shipped defaults, then the user's calibration file (``devices`` entries by device
+    kind and profile)."""
+
+    devices: dict[str, dict] = field(default_factory=dict)
+    explain_cost: dict[str, float] = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    tokens: dict[str, float] = field(default_factory=dict)
+    pool_sizes: dict[str, int] = field(default_factory=dict)
+    architectures: dict[str, dict] = field(default_factory=dict)
+    assumed_accuracy: float = 0.9
+    user_file: Path | None = None
+
+    def profile(self, kind: str, key: str) -> Profile | None:
+        """Constants of ``key`` on device ``kind``: a calibration of exactly this kind, else (CPUs) the shipped
+        CPU default; None = uncalibrated."""
+        candidates = [kind] + (["cpu"] if kind.startswith("cpu") else [])
+        for candidate in candidates:
+            entry = self.devices.get(candidate)
+            if not entry or key not in entry.get("profiles", {}):
+                continue
+            values = entry["profiles"][key]
+            origin = entry.get("origin", "")
+            if candidate != kind:
+                origin = f"shipped CPU default ({entry.get('measured_on', 'another CPU')})"
+            return Profile(values.get("seconds_per_unit"), float(values.get("overhead_s", 0.0)),
+                           float(values.get("load_s_per_gparam", 0.0)), origin)
+        return None
+
+    def explain_forwards(self, arch: Architecture, quantization: str) -> float:
+        """``r``: the cost of one explanation in forwards over the same tokens."""
+        return float(self.explain_cost.get(f"{arch.family}/{quantization}",
+                                           self.explain_cost.get(f"{arch.family}/none", 3.0)))
+
+
+def user_cost_path() -> Path:
+    """``cost.json`` in the user's palrp-bench cache (:func:`palrp_bench.runner.user_cache.user_cache_dir`:
+    ``$PALRP_CACHE_DIR``, else ``$XDG_CACHE_HOME/palrp-bench``, else ``~/.cache/palrp-bench``)."""
+    return user_cache_dir() / "cost.json"
+
+
+def _read_yaml(path: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def load_constants(user_file: Path | None = None) -> CostConstants:
+    """Shipped defaults, then the calibrations in ``user_file`` (default :func:`user_cost_path`) on top: a
+    device kind the user calibrated replaces the shipped profiles it measured."""
+    shipped = _read_yaml(SHIPPED_CONSTANTS)
+    user_file = user_cost_path() if user_file is None else user_file
+    devices = {kind: dict(entry, origin=f"shipped default (measured on {entry.get('measured_on', '?')})")
+               for kind, entry in (shipped.get("devices") or {}).items()}
+    if user_file.is_file():
+        try:
+            user = json.loads(user_file.read_text())
+        except (OSError, ValueError):
+            user = {}
+        for kind, entry in (user.get("devices") or {}).items():
+            merged = dict(devices.get(kind, {}))
+            merged["profiles"] = {**merged.get("profiles", {}), **entry.get("profiles", {})}
+            merged["measured_on"] = entry.get("measured_on", merged.get("measured_on", ""))
+            merged["origin"] = f"calibrated {entry.get('calibrated', '')} ({user_file})".replace("  ", " ")
+            devices[kind] = merged
+    return CostConstants(devices=devices, explain_cost=dict(shipped.get("explain_cost") or {}),
+                         memory=dict(shipped.get("memory") or {}), tokens=dict(shipped.get("tokens") or {}),
+                         pool_sizes=dict(shipped.get("pool_sizes") or {}),
+                         architectures=dict(shipped.get("architectures") or {}),
+                         assumed_accuracy=float(shipped.get("assumed_accuracy", 0.9)), user_file=user_file)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cpu_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def device_kind(device: str) -> str:
+    """The kind of a torch device string that constants are measured for: ``cuda/<GPU name>`` or
+    ``cpu/<CPU model>/<threads>t`` (a CPU's speed depends on the threads torch uses)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        index = int(str(device).partition(":")[2] or 0)
+        return f"cuda/{torch.cuda.get_device_name(index)}"
+    return f"cpu/{_cpu_model()}/{_cpu_threads()}t"
+
+
+def profile_key(model, arch: Architecture) -> str:
+    """``family/dtype/quantization`` (``none`` for the self-test)."""
+    if arch.family == "none":
+        return "none"
+    return (f"{arch.family}/{getattr(model.dtype, 'value', model.dtype)}/"
+            f"{getattr(model.quantization, 'value', model.quantization)}")
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants, device: str,
+                batch_size: int, forward_batch_size: int) -> float:
+    """Estimated peak bytes of a job::
+
+        runtime (CPU only) + weights + max(explanation, forward chunk)
+        explanation   = batch_size * T_e * L * ((a_h * d + a_f * ffn) * w + a_s * heads * T_e * w)
+        forward chunk = rows * T_f * ((f_h * d + f_f * ffn) * w + heads * T_f * w)
+
+    ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
+    scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
+    only one layer's. Weights: by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
+    if arch.family == "none":
+        return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
+    import torch
+
+    dtype = getattr(model.dtype, "value", model.dtype)
+    quant = getattr(model.quantization, "value", model.quantization)
+    width = getattr(torch, dtype).itemsize
+    quantized = arch.linear_params if quant == "nf4" else 0
+    weights = (arch.params - quantized) * width + quantized * NF4_BYTES_PER_PARAM
+    mem = constants.memory
+    explain = 0.0
+    if work.explanations:
+        per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
+                           + mem.get("explain_per_score", 2) * arch.heads * work.explain_tokens) * width
+        explain = batch_size * work.explain_tokens * arch.layers * per_token_layer
+    forward = 0.0
+    if work.forwards:
+        rows = min(forward_batch_size, math.ceil(work.forwards * batch_size))
+        per_token = ((mem.get("forward_per_hidden", 6) * arch.hidden + mem.get("forward_per_ffn", 3) * arch.ffn)
+                     + arch.heads * work.forward_tokens) * width
+        forward = rows * work.forward_tokens * per_token
+    runtime = 0.0 if str(device).startswith("cuda") else float(mem.get("runtime_bytes", 0))
+    return runtime + weights + max(explain, forward)
+
+
+# ---------------------------------------------------------------------------------------------- estimate
+@dataclass
+class Estimate:
+    """What one cell costs on a device. ``seconds`` (``n_samples`` samples, without model load and selection),
+    ``per_sample``, ``load_seconds``, ``select_per_candidate`` are None when uncalibrated or unknown (``note``
+    says why); ``peak_bytes`` is None only when the architecture is unknown."""
+
+    n_samples: int
+    seconds: float | None
+    per_sample: float | None
+    load_seconds: float | None
+    select_per_candidate: float | None
+    peak_bytes: float | None
+    device_kind: str
+    profile: str
+    origin: str = ""
+    note: str = ""
+    work: Work | None = None
+    units_per_sample: float | None = None
+
+
+def _as_cell(cell_or_model, task=None, metrics=None, method: str = "pa_lrp"):
+    if task is None:
+        return cell_or_model
+    from types import SimpleNamespace
+
+    return SimpleNamespace(model=cell_or_model, task=task, method=method, metrics=tuple(metrics or task.metrics))
+
+
+def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, metrics=None,
+             method: str = "pa_lrp", batch_size: int = 8, forward_batch_size: int = 64,
+             constants: CostConstants | None = None, kind: str | None = None) -> Estimate:
+    """Time and peak memory of ``n_samples`` samples of a cell (a :class:`~palrp_bench.runner.plan.Cell`, or a
+    model config with ``task=`` and optional ``metrics=`` / ``method=``) on ``device`` (``cpu``, ``cuda:0``;
+    ``kind`` overrides the detected device kind). See the module docstring for the formulas."""
+    constants = constants or load_constants()
+    cell = _as_cell(cell_or_model, task, metrics, method)
+    kind = kind or device_kind(device)
+    arch = architecture_of(cell.model, constants)
+    if arch is None:
+        return Estimate(n_samples, None, None, None, None, None, kind, "?", note=(
+            f"architecture of {cell.model.name} unknown: its checkpoint is not here; set model.base_model=<hub id>"))
+    key = profile_key(cell.model, arch)
+    work = sample_work(cell, arch, constants)
+    peak = (peak_memory(cell.model, arch, work, constants, device, min(batch_size, max(n_samples, 1)),
+                        forward_batch_size) if work is not None else None)
+    profile = constants.profile(kind, key)
+    base = Estimate(n_samples, None, None, None, None, peak, kind, key, work=work)
+    if work is None:
+        base.note = f"tokens per sample of task {cell.task.name} unknown (dataset {cell.task.dataset})"
+        return base
+    if arch.family == "none":
+        delay = float(cell.task.options.get("delay_s", 0.0))
+        overhead = profile.overhead_s if profile is not None else 0.0
+        return replace(base, seconds=n_samples * (delay + overhead), per_sample=delay + overhead, load_seconds=0.0,
+                       select_per_candidate=0.0, origin=profile.origin if profile else "", units_per_sample=0.0)
+    units = work_units(arch, work)
+    if profile is None or profile.seconds_per_unit is None:
+        base.units_per_sample = units
+        base.note = f"uncalibrated: no constants for {key} on {kind} (run mode=calibrate on this machine)"
+        return base
+    per_sample = profile.overhead_s * max(work.explanations, 1) + profile.seconds_per_unit * units
+    return replace(base, seconds=n_samples * per_sample, per_sample=per_sample,
+                   load_seconds=profile.load_s_per_gparam * arch.params / GIGA,
+                   select_per_candidate=profile.seconds_per_unit * forward_units(arch, work.forward_tokens),
+                   origin=profile.origin, units_per_sample=units)

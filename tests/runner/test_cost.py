@@ -1,0 +1,259 @@
+"""The cost model (docs/planning.md): parameter counts against the libraries' own models, the per-sample work against
+the forwards the procedures really run, the estimate's arithmetic, and where constants are read from."""
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from palrp_bench import catalog
+from palrp_bench.runner import cost
+from palrp_bench.runner.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM, NLP_FORWARDS, VISION_FORWARDS, Architecture, CostConstants,
+                                     Work, architecture_of, hf_architecture, estimate, load_constants,
+                                     peak_memory, sample_work, user_cost_path, work_units)
+from palrp_bench.runner.plan import plan_cells
+from models.tiny_llama import BASE, VARIANTS, make_llama
+from runner.harness import compose_cfg
+
+
+@pytest.mark.parametrize("variant", ["mha", "gqa", "mqa_tied", "linear_rope_bias"])
+@pytest.mark.parametrize("kind", ["causal", "classifier"])
+def test_decoder_parameter_counts_equal_the_library_models(variant, kind):
+    model = make_llama(variant, kind)
+    arch = hf_architecture(model.config.to_dict(), kind)
+    assert arch.params == model.num_parameters()
+    assert arch.body_params == sum(p.numel() for p in model.model.layers.parameters())
+    linear = sum(m.weight.numel() + (m.bias.numel() if m.bias is not None else 0)
+                 for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
+    assert arch.linear_params == linear
+    assert (arch.layers, arch.hidden, arch.ffn, arch.heads) == (2, 32, 64, 4)
+
+
+@pytest.mark.parametrize("model_type,kind,fields,blocks", [
+    ("gpt2", "causal", dict(n_embd=32, n_layer=2, n_head=4, vocab_size=96, n_positions=64), "transformer.h"),
+    ("bert", "classifier", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                                vocab_size=96, max_position_embeddings=64), "bert.encoder.layer"),
+    ("opt", "causal", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=48, vocab_size=96,
+                           max_position_embeddings=64, word_embed_proj_dim=32), "model.decoder.layers"),
+])
+def test_other_families_are_counted_by_the_library_classes(model_type, kind, fields, blocks):
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type, **fields)
+    cls = transformers.AutoModelForCausalLM if kind == "causal" else transformers.AutoModelForSequenceClassification
+    model = cls.from_config(config)
+    arch = hf_architecture(config.to_dict(), kind)
+    assert arch.params == model.num_parameters()
+    assert arch.body_params == sum(p.numel() for p in model.get_submodule(blocks).parameters())
+    assert (arch.layers, arch.hidden, arch.heads) == (2, 32, 4)
+    assert arch.ffn == {"gpt2": 128, "bert": 48, "opt": 48}[model_type]
+
+
+def test_known_architectures_are_the_public_model_sizes():
+    constants = load_constants()
+    sizes = {name: hf_architecture(fields, "causal").params for name, fields in constants.architectures.items()}
+    # published parameter counts (model cards): 6.74 B, 8.03 B, 1.10 B
+    assert sizes["meta-llama/Llama-2-7b-hf"] == 6_738_415_616
+    assert sizes["meta-llama/Llama-3.1-8B-Instruct"] == 8_030_261_248
+    assert sizes["TinyLlama/TinyLlama-1.1B-Chat-v1.0"] == 1_100_048_384
+
+
+def test_vit_architectures_equal_the_timm_models():
+    import timm
+
+    from palrp_bench.data.synthetic_vision import load_tiny_vit
+
+    tiny = architecture_of(catalog.load("model", "tiny_vit"))
+    model = load_tiny_vit()
+    assert tiny.params == sum(p.numel() for p in model.parameters()) and tiny.tokens == 65
+    deit = architecture_of(catalog.load("model", "deit_tiny"))
+    reference = timm.create_model("deit_tiny_patch16_224", pretrained=False)
+    assert deit.params == sum(p.numel() for p in reference.parameters()) == 5_717_416
+    assert (deit.tokens, deit.layers, deit.hidden, deit.ffn) == (197, 12, 192, 768)
+    import torchvision
+
+    vit_b16 = architecture_of(catalog.load("model", "vit_b16"))  # torchvision weights, loaded as a timm ViT
+    assert vit_b16.params == sum(p.numel() for p in torchvision.models.vit_b_16().parameters()) == 86_567_656
+
+
+def _count_rows(module):
+    """A forward pre-hook counting the rows (samples) that pass through ``module``."""
+    seen = []
+
+    def hook(_, args, kwargs):
+        x = kwargs.get("input_ids", args[0] if args else None)
+        seen.append(x.shape[0])
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen, handle
+
+
+@pytest.mark.parametrize("model,task", [("tiny_llama_cls", "synthetic_sentiment"),
+                                        ("tiny_llama_causal", "synthetic_mcqa")])
+def test_nlp_work_counts_the_forwards_the_procedure_runs(tmp_path, model, task):
+    """The perturbation forwards of a sample: classification at most NLP_FORWARDS rows, exactly that many unless
+    two perturbed copies coincide (e.g. a replaced token that already was UNK; forwarded once); next token one
+    fewer when the number N of perturbable tokens is even (generation and pruning at 50% keep the same N/2)."""
+    from palrp_bench.evaluation.tasks import task_adapter
+    from palrp_bench.runner.bundles import load_bundle
+
+    cell = plan_cells(compose_cfg(tmp_path, f"model={model}", f"task={task}", "method=pa_lrp",
+                                  "protocol=corrected"))[0]
+    bundle = load_bundle(cell.model, "cpu")
+    adapter = task_adapter(cell.task.kind)
+    samples = adapter.load_samples(cell.task, bundle)[:6]
+    rows = []
+    for sample in samples:
+        seen, handle = _count_rows(bundle.model.model)
+        try:
+            adapter.evaluate(bundle, [sample], cell.context("cpu", None, 64), cell.metrics)
+        finally:
+            handle.remove()
+        rows.append(sum(seen))
+    work = sample_work(cell, architecture_of(cell.model), load_constants())
+    if task == "synthetic_mcqa":  # corrected: BOS kept, N = tokens - 1
+        assert rows == [NLP_FORWARDS - ((len(s.input_ids) - 1) % 2 == 0) for s in samples]
+        assert work.forwards == NEXT_TOKEN_FORWARDS == NLP_FORWARDS - 0.5
+    else:
+        assert max(rows) == work.forwards == NLP_FORWARDS, rows
+    sample = samples[0]
+    if task == "synthetic_sentiment":
+        assert work.explain_tokens == len(sample.input_ids) == 25  # padded to pad_to, as explained
+
+
+def test_vision_work_counts_the_forwards_the_procedure_runs(tmp_path):
+    from palrp_bench.evaluation.tasks import task_adapter
+    from palrp_bench.runner.bundles import load_bundle
+
+    cell = plan_cells(compose_cfg(tmp_path, "model=tiny_vit", "task=synthetic_shapes", "method=pa_lrp"))[0]
+    bundle = load_bundle(cell.model, "cpu")
+    adapter = task_adapter(cell.task.kind)
+    samples = adapter.load_samples(cell.task, bundle)[:2]
+    seen = []
+    handle = bundle.model.register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[0]))
+    try:
+        adapter.evaluate(bundle, samples, cell.context("cpu", None, 64), cell.metrics)
+    finally:
+        handle.remove()
+    work = sample_work(cell, architecture_of(cell.model), load_constants())
+    assert work.forwards == VISION_FORWARDS and work.explanations == 2
+    assert sum(seen) == len(samples) * VISION_FORWARDS
+
+
+def test_attnlrp_protocol_and_multi_pass_methods(tmp_path):
+    """The AttnLRP-paper perturbation forwards two curves over every token (sharing the empty and the full input):
+    2 N rows; Integrated Gradients costs n_steps forwards and backwards, i.e. n_steps LRP-sized explanations."""
+    from palrp_bench.evaluation.tasks import task_adapter
+    from palrp_bench.runner.bundles import load_bundle
+
+    cell = plan_cells(compose_cfg(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment_attnlrp",
+                                  "method=attnlrp"))[0]
+    bundle = load_bundle(cell.model, "cpu")
+    adapter = task_adapter(cell.task.kind)
+    sample = adapter.load_samples(cell.task, bundle)[0]
+    seen = []
+    handle = bundle.model.model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append((kwargs.get("inputs_embeds") if kwargs.get("input_ids") is None
+                                             else kwargs["input_ids"]).shape[0]), with_kwargs=True)
+    try:
+        adapter.evaluate(bundle, [sample], cell.context("cpu", None, 64), cell.metrics)
+    finally:
+        handle.remove()
+    constants = load_constants()
+    work = sample_work(cell, architecture_of(cell.model), constants)
+    n = sample.meta["n_tokens"]
+    assert sum(seen) == 2 * n and work.forwards == 2 * constants.tokens["synthetic_text/cls"]
+    r = constants.explain_cost["decoder/none"]
+    ig = plan_cells(compose_cfg(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment_attnlrp",
+                                "method=integrated_gradients"))[0]
+    assert sample_work(ig, architecture_of(ig.model), constants).explain_forwards == pytest.approx(50 * r)
+    vision = plan_cells(compose_cfg(tmp_path, "model=tiny_vit", "task=synthetic_shapes_attnlrp", "method=atman"))[0]
+    work = sample_work(vision, architecture_of(vision.model), constants)
+    assert work.forwards == 2 * 64 and work.explain_forwards == 64 + 1  # 64 steps; AtMan: one pass per patch + 1
+
+
+def _constants(**profile) -> CostConstants:
+    values = {"seconds_per_unit": 2e-3, "overhead_s": 0.5, "load_s_per_gparam": 10.0, **profile}
+    return CostConstants(devices={"cpu": {"measured_on": "test", "profiles": {"decoder/bfloat16/none": values,
+                                                                                "decoder/bfloat16/nf4": values}}},
+                         explain_cost={"decoder/none": 2.0, "decoder/nf4": 8.0},
+                         memory={"runtime_bytes": 1e9, "explain_per_hidden": 10, "explain_per_ffn": 4,
+                                 "forward_per_hidden": 6, "forward_per_ffn": 3},
+                         tokens={"imdb": 300}, architectures=load_constants().architectures)
+
+
+def test_estimate_arithmetic_follows_the_documented_formula(tmp_path):
+    constants = _constants()
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp"))[0]
+    result = estimate(cell, 10, "cpu", constants=constants, kind="cpu/test/2t")
+    fields = constants.architectures["TinyLlama/TinyLlama-1.1B-Chat-v1.0"]
+    d, layers, heads, ffn = 2048, 22, 32, 5632
+    body = layers * (d * d + 2 * d * 256 + d * d + 3 * d * ffn + 2 * d)  # q, k+v (4 kv heads of 64), o, mlp, norms
+    assert hf_architecture(fields, "classifier").body_params == body
+    per_token = lambda t: body + 2 * t * d * layers  # noqa: E731
+    units = (1 * 2.0 * 512 * per_token(512) + NLP_FORWARDS * 300 * per_token(300)) / 1e9
+    assert result.work == Work(1, 512.0, NLP_FORWARDS, 300.0, 2.0)  # LRP: one forward + one backward = r
+    assert result.units_per_sample == pytest.approx(units, rel=1e-12)
+    assert result.per_sample == pytest.approx(0.5 + 2e-3 * units, rel=1e-12)
+    assert result.seconds == pytest.approx(10 * result.per_sample, rel=1e-12)
+    params = hf_architecture(fields, "classifier").params
+    assert result.load_seconds == pytest.approx(10.0 * params / 1e9)
+    assert result.select_per_candidate == pytest.approx(2e-3 * 300 * per_token(300) / 1e9)
+    # memory: runtime + bf16 weights + the larger of explanation and forward activations
+    explain = 8 * 512 * layers * ((10 * d + 4 * ffn) + 2 * heads * 512) * 2
+    forward = 64 * 300 * ((6 * d + 3 * ffn) + heads * 300) * 2
+    assert result.peak_bytes == pytest.approx(1e9 + params * 2 + max(explain, forward))
+
+
+def test_nf4_weights_count_half_a_byte_per_quantized_parameter(tmp_path):
+    constants = _constants()
+    cells = plan_cells(compose_cfg(tmp_path, "experiment=table1", "model=llama2_7b_4bit"))
+    arch = architecture_of(cells[0].model, constants)
+    work = Work(0, 0.0, 0, 0.0)
+    weights = peak_memory(cells[0].model, arch, work, constants, "cuda:0", 8, 64)
+    assert weights == pytest.approx((arch.params - arch.linear_params) * 2 + arch.linear_params * NF4_BYTES_PER_PARAM)
+    assert 3.5e9 < weights < 4.0e9  # a 7B NF4 model: ~3.7 GB
+
+
+def test_uncalibrated_device_kinds_get_no_time(tmp_path):
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp"))[0]
+    result = estimate(cell, 10, "cuda:0", constants=_constants(), kind="cuda/Some GPU")
+    assert result.seconds is None and result.per_sample is None and result.note.startswith("uncalibrated")
+    assert result.peak_bytes is not None  # memory needs no calibration
+
+
+def test_unknown_architecture_is_said_not_guessed(tmp_path):
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp",
+                                  "model.base_model=null"))[0]
+    result = estimate(cell, 10, "cpu", constants=_constants(), kind="cpu/test/2t")
+    assert result.seconds is None and result.peak_bytes is None and "model.base_model" in result.note
+
+
+def test_user_cache_follows_xdg_and_overrides_the_shipped_constants(tmp_path, monkeypatch):
+    monkeypatch.delenv("PALRP_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cost_path() == tmp_path / "xdg" / "palrp-bench" / "cost.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_cost_path() == tmp_path / "home" / ".cache" / "palrp-bench" / "cost.json"
+    monkeypatch.setenv("PALRP_CACHE_DIR", str(tmp_path / "own"))
+    assert user_cost_path() == tmp_path / "own" / "cost.json"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    shipped = load_constants()
+    assert shipped.profile("cuda/Some GPU", "decoder/bfloat16/none") is None
+    assert shipped.profile("cpu/Other CPU/8t", "decoder/bfloat16/none").origin.startswith("shipped CPU default")
+    user_cost_path().parent.mkdir(parents=True)
+    user_cost_path().write_text(json.dumps({"devices": {"cuda/Some GPU": {
+        "calibrated": "today", "profiles": {"decoder/bfloat16/none": {
+            "seconds_per_unit": 1e-5, "overhead_s": 0.1, "load_s_per_gparam": 3.0}}}}}))
+    profile = load_constants().profile("cuda/Some GPU", "decoder/bfloat16/none")
+    assert profile.seconds_per_unit == 1e-5 and "calibrated" in profile.origin
+
+
+def test_typical_tokens_are_capped_at_max_length(tmp_path):
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp",
+                                  "task.options.max_length=128"))[0]
+    work = sample_work(cell, architecture_of(cell.model), load_constants())
+    assert work.forward_tokens == 128 and work.explain_tokens == 128
+    assert work.explain_forwards == load_constants().explain_cost["decoder/none"]
+    assert work_units(Architecture("decoder", body_params=10, layers=1, attention_width=0), work) \
+        == pytest.approx((work.explain_forwards * 128 * 10 + NLP_FORWARDS * 128 * 10) / 1e9)
