@@ -134,6 +134,7 @@ def test_plan_on_an_empty_machine_lists_everything_and_writes_nothing(tmp_path):
 def test_plan_of_the_embedded_default_is_complete(tmp_path):
     done = run_cli("mode=plan", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "22 cell(s), 22 job(s) on cpu" in done.stdout and "nothing missing" in done.stdout
+    cells = len(plan_cells(compose_cfg(tmp_path / "run")))
+    assert cells > 20 and f"{cells} cell(s), {cells} job(s) on cpu" in done.stdout and "nothing missing" in done.stdout
     assert "tiny_vit           synthetic_shapes_seg" in done.stdout
     assert os.listdir(tmp_path) == []
