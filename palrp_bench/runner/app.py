@@ -24,7 +24,7 @@ from ..schema import Mode
 from .execute import JobReport
 from .merge import MergeOutcome, merge_run
 from .plan import Cell, Job, plan_cells, plan_jobs
-from .preflight import Problem, check_requirements, run_preflight
+from .preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
 from .workers import run_jobs
 
 log = logging.getLogger("palrp_bench.runner")
@@ -49,6 +49,19 @@ def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: 
 
     budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, load_constants())
     return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
+
+
+def _planned_totals(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan) -> list[str]:
+    """The totals lines of the plan (device-hours per task and in all), or none if the cost model cannot price it."""
+    from .budget import format_totals, plan_budget
+    from .cost import load_constants
+
+    try:
+        return format_totals(plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner,
+                                         load_constants()))
+    except Exception as err:  # noqa: BLE001 - the missing pieces are the message; the estimate is a bonus
+        log.debug("no plan totals: %s", err)
+        return []
 
 
 def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices: tuple[str, ...]) -> None:
@@ -101,7 +114,11 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
         os.environ["TQDM_DISABLE"] = "1"
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    found = check_requirements(cells, devices, _what(cfg, cells), selected, device_problem)
+    try:
+        found = check_requirements(cells, devices, _what(cfg, cells), selected, device_problem)
+    except MissingRequirementsError as err:  # show what the fixed run will cost, as mode=plan would
+        err.planned = _planned_totals(cfg, cells, jobs, devices)
+        raise
     if found.hub == "unreachable":
         log.warning("the hub did not answer; running offline from the local cache")
         go_offline()

@@ -28,7 +28,7 @@ from .cost import CostConstants, Estimate, estimate
 from .plan import Cell, Job
 
 __all__ = ["SampleCount", "CellBudget", "PlanBudget", "pool_size", "sample_count", "stored_count",
-           "plan_budget", "format_plan", "format_seconds", "format_bytes"]
+           "plan_budget", "format_plan", "format_totals", "format_seconds", "format_bytes"]
 
 
 @dataclass(frozen=True)
@@ -356,6 +356,20 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
     notes = list(dict.fromkeys(c.estimate.note for c in budget.cells if c.estimate.note))
     lines += [f"note: {n}" for n in notes]
     lines.append("")
+    lines += format_totals(budget)
+    if problems:
+        lines += ["", f"missing ({len(problems)}): a run would stop before loading anything; fix each, then run "
+                      "again"]
+        lines += format_problems(problems)
+    else:
+        lines += ["", "nothing missing: `palrp-bench` with the same arguments runs this plan"]
+    return "\n".join(_wrap(line) for line in lines)
+
+
+def format_totals(budget: PlanBudget) -> list[str]:
+    """The plan's totals: device time per task, device-hours of the whole plan, the largest peak memory (also
+    printed when a run stops on missing pieces, so the user sees what the fixed run will cost)."""
+    lines: list[str] = []
     groups: dict[str, list[CellBudget]] = {}
     for c in budget.cells:
         groups.setdefault(c.cell.task.paper_task or c.cell.task.name, []).append(c)
@@ -373,13 +387,7 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
         lines.append(f"largest peak memory: {format_bytes(max(peaks))}{fits}")
         if memory is not None and max(peaks) > memory:
             lines.append("  more than the device has: lower runner.batch_size / runner.forward_batch_size")
-    if problems:
-        lines += ["", f"missing ({len(problems)}): a run would stop before loading anything; fix each, then run "
-                      "again"]
-        lines += format_problems(problems)
-    else:
-        lines += ["", "nothing missing: `palrp-bench` with the same arguments runs this plan"]
-    return "\n".join(_wrap(line) for line in lines)
+    return [part for line in lines for part in _wrap(line).split("\n")]
 
 
 def _wrap(line: str) -> str:

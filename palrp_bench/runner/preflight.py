@@ -67,10 +67,18 @@ class MissingRequirementsError(MissingDataError):
             super().__init__(f"cannot run {what}: {len(self.problems)} problems found before loading anything",
                              "fix each as shown, then run the same command again")
 
+    #: the plan's totals (:func:`palrp_bench.runner.budget.format_totals`), shown under a listing of several
+    #: problems (a single problem stays a one-line error)
+    planned: list[str] = []
+
     def __str__(self) -> str:
         if len(self.problems) == 1:
             return super().__str__()
-        return "\n".join([f"{self.problem}:"] + format_problems(self.problems))
+        text = "\n".join([f"{self.problem}:"] + format_problems(self.problems))
+        if self.planned:
+            text += "\n" + "\n".join(["once fixed, the run is planned at (mode=plan shows every cell):"]
+                                     + [f"  {line}" for line in self.planned])
+        return text
 
 
 #: width the problem list is wrapped to

@@ -104,6 +104,8 @@ def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):
     listing = "\n".join(lines[1:])
     assert "1. a CUDA GPU" in listing and "./checkpoints/tinyllama_imdb" in listing and "IMDB Dataset.csv" in listing
     assert listing.count("fix: ") == 5
+    planned = listing.split("once fixed, the run is planned at (mode=plan shows every cell):\n", 1)[1]
+    assert "cpu time per task: imdb " in planned and re.search(r"total: [\d,.]+ device-hours", planned)
     assert not (tmp_path / "r" / "cells").exists()
 
 
