@@ -234,14 +234,24 @@ def _tokenizer_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Over
 def _imdb_checks(task, found: Preflight, fix: _Overrides) -> None:
     from ..data.imdb import KAGGLE_CSV_NAME, KAGGLE_URL, OFFICIAL_TEST_SIZE
 
+    if task.options.get("source", "kaggle_csv") == "hf":  # a local copy in the hub's parquet layout
+        from ..data.imdb import HF_NAME
+        from ..data.text_common import find_split_files
+
+        split = task.options.get("split", "test")
+        how = f"a folder with plain_text/{split}-*.parquet of {HF_NAME}"
+        try:
+            find_split_files(Path(task.path).expanduser(), split, what="IMDB (Hugging Face format)", how_to_get=how)
+        except (MissingDataError, BadInputError) as err:
+            found.add(f"IMDB ({HF_NAME} layout) at {task.path} ({task.name}): {err.problem}",
+                      fix("task", task.name, "task.path=<folder>") + f" ({how})")
+        return
     csv = Path(task.path).expanduser()
     if csv.is_dir():
         csv = csv / KAGGLE_CSV_NAME
     path_fix = fix("task", task.name, "task.path=<csv>") + f" (the Kaggle '{KAGGLE_CSV_NAME}': {KAGGLE_URL})"
     if not csv.is_file():
         found.add(f"IMDB CSV {csv} ({task.name}): no such file", path_fix)
-        return
-    if task.options.get("source", "kaggle_csv") != "kaggle_csv":
         return
     import pandas as pd
 

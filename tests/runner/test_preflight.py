@@ -302,3 +302,15 @@ def test_a_run_continues_offline_when_the_hub_does_not_answer(online, monkeypatc
         run(compose_cfg(online / "run", "model=deit_tiny", "task=synthetic_shapes", "method=pa_lrp",
                         "runner.devices=[cpu]", "runner.quiet=true"))
     assert seen == ["1"]
+
+
+def test_imdb_in_the_hub_layout_is_checked_as_parquet_not_as_the_csv(offline):
+    hub_layout = FIXTURES / "fixtures_text" / "imdb_hf"
+    args = ("model=tinyllama", "task=imdb", "method=pa_lrp", "model.base_model=null", "+task.options.source=hf")
+    found = _problems(offline, *args, f"task.path={hub_layout}")
+    assert not [p for p in found.problems if "IMDB" in p.item], found.problems
+    (offline / "empty").mkdir()
+    found = _problems(offline, *args, f"task.path={offline / 'empty'}")
+    imdb = [p for p in found.problems if "IMDB" in p.item]
+    assert len(imdb) == 1 and "stanfordnlp/imdb layout" in imdb[0].item and "no 'test' split file" in imdb[0].item
+    assert "plain_text/test-*.parquet" in imdb[0].fix
