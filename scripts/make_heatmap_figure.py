@@ -2,7 +2,7 @@
 
 Works with any ViT the DeiT twin supports (timm ``VisionTransformer`` / DeiT, incl. distilled) and any images.
 Maps follow PROTOCOL.md section 1 (ReLU'd pixel maps; PE only and PA-LRP paint the per-patch positional relevance
-over each patch) and are min-max normalised per image for display only.
+over each patch) and share one scale per image (the largest value of any method), for display only.
 
 Usage::
 
@@ -34,7 +34,6 @@ import torch.nn.functional as F
 
 import palrp_bench
 from palrp_bench.errors import BadInputError, MissingDataError, PalrpError
-from palrp_bench.metrics.maps import minmax_per_image
 
 COLUMNS = (("attnlrp", "AttnLRP"), ("pe_only", "PE only"), ("pa_lrp", "PA-LRP (Ours)"))
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
@@ -132,22 +131,33 @@ def prepare(images, size, mean, std) -> tuple[torch.Tensor, torch.Tensor]:
     return raw, (raw - m) / s
 
 
-def render(raw, maps, row_labels, title, out: Path, cmap: str) -> None:
+def render(raw, maps, row_labels, title, out: Path, cmap: str | None) -> None:
+    """One row per image: the image, then each method's map on one scale per image (divided by the largest value
+    of any method for that image, so methods compare), with the report's colour map and a colour bar."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+
+    from palrp_bench.report.plots import map_style
 
     n = raw.shape[0]
-    fig, axes = plt.subplots(n, 1 + len(COLUMNS), figsize=(2.4 * (1 + len(COLUMNS)), 2.4 * n + 0.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(n, 2 + len(COLUMNS), figsize=(2.4 * (1 + len(COLUMNS)) + 0.4, 2.4 * n + 0.5),
+                             squeeze=False, gridspec_kw={"width_ratios": [1] * (1 + len(COLUMNS)) + [0.07]})
     for i in range(n):
+        row = {method: maps[method][i].reshape(maps[method][i].shape[-2:]).double().numpy() for method, _ in COLUMNS}
+        scale = max(float(np.abs(m).max()) for m in row.values()) or 1.0
+        row = {method: m / scale for method, m in row.items()}
+        style_cmap, norm = map_style(list(row.values()), over_image=False)
+        style_cmap = cmap or style_cmap
         axes[i, 0].imshow(raw[i].permute(1, 2, 0).numpy())
         axes[i, 0].set_ylabel(row_labels[i], fontsize=8)
         for j, (method, _) in enumerate(COLUMNS, start=1):
-            axes[i, j].imshow(minmax_per_image(maps[method][i][None])[0][0].numpy(), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+            axes[i, j].imshow(row[method], cmap=style_cmap, norm=norm, interpolation="nearest")
+        fig.colorbar(ScalarMappable(norm=norm, cmap=style_cmap), cax=axes[i, -1])
     for j, label in enumerate(["image"] + [c[1] for c in COLUMNS]):
         axes[0, j].set_title(label, fontsize=10)
-    for ax in axes.flat:
+    for ax in axes[:, :-1].flat:
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle(title, fontsize=10)
@@ -169,7 +179,8 @@ def main(argv=None) -> int:
                         help="comma-separated indices of embedded synthetic test images to show, e.g. 3,7 (instead of "
                              "the first --n)")
     parser.add_argument("--rules", default=None, help="composite (default: the model's official one)")
-    parser.add_argument("--cmap", default="jet", help="matplotlib colormap (default jet)")
+    parser.add_argument("--cmap", default=None,
+                        help="matplotlib colormap (default: the report's, sequential for the ReLU'd maps)")
     parser.add_argument("--out", default="figures/heatmaps.png", help="output PNG")
     args = parser.parse_args(argv)
     try:

@@ -55,3 +55,27 @@ def test_samples_pick_embedded_images_by_index(script, tmp_path, capsys):
     assert script.main(["--model", "random", "--images", str(tmp_path / "imgs.pt"), "--samples", "0",
                         "--out", str(tmp_path / "y.png")]) == 2
     assert "cannot be combined" in capsys.readouterr().err
+
+
+def test_maps_share_one_scale_per_image_with_the_reports_colour_map(script, tmp_path, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from palrp_bench.report.plots import SEQUENTIAL_CMAP
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    raw = torch.rand(2, 3, 8, 8)
+    maps = {method: torch.rand(2, 1, 8, 8) * (k + 1) for k, (method, _) in enumerate(script.COLUMNS)}
+    script.render(raw, maps, ["a", "b"], "t", tmp_path / "f.png", None)
+    (fig,) = figures
+    grid = [[ax for ax in fig.axes if ax.get_subplotspec().rowspan.start == i] for i in range(2)]
+    for i, row in enumerate(grid):
+        images = [ax.get_images()[0] for ax in row[1:1 + len(script.COLUMNS)]]
+        assert all(im.get_cmap().name == SEQUENTIAL_CMAP for im in images)
+        assert all((im.norm.vmin, im.norm.vmax) == (0.0, 1.0) for im in images)
+        largest = max(float(maps[m][i].max()) for m, _ in script.COLUMNS)
+        for im, (method, _) in zip(images, script.COLUMNS):  # one scale per image: the largest map of any method
+            assert abs(float(im.get_array().max()) - float(maps[method][i].max()) / largest) < 1e-6
+        assert getattr(row[-1], "_colorbar", None) is not None  # a colour bar per image
