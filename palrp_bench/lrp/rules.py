@@ -87,8 +87,9 @@ class _Stabilize(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         (z,) = ctx.saved_tensors
         den = z + ctx.eps
-        factor = torch.where(den != 0, z / torch.where(den != 0, den, torch.ones_like(den)), torch.zeros_like(z))
-        return grad * factor, None
+        zero = den == 0
+        factor = z.div(den.masked_fill_(zero, 1.0)).masked_fill_(zero, 0.0)  # few temporaries: runs on every layer
+        return factor.mul_(grad), None
 
 
 def stabilize(z: torch.Tensor, eps: float) -> torch.Tensor:
