@@ -16,10 +16,11 @@ from .errors import BadInputError
 from .lrp.attribution import attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
+from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
 from .methods.pixel_aggregation import signed_pixel_map
 from .methods.registry import get_method
 from .methods.token_aggregation import aggregate_tokens
-from .models.registry import twin_for
+from .models.registry import TWINS, twin_for
 from .protocol import check_protocol
 
 __all__ = ["explain"]
@@ -34,9 +35,18 @@ def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
     parts["positional"] = parts["positional"] * sign[:, None, None, None]
 
 
+def _stabilizers(twin, model, choice: str | Stabilizers | None, protocol: str) -> Stabilizers:
+    """The epsilon-rule stabilisers of this explanation (:func:`palrp_bench.lrp.stabilizers.resolve_stabilizers`
+    with the twin's official set; twins without one take none)."""
+    families = "; ".join(cls.family() for cls in TWINS if getattr(cls, "official_stabilizers", None) is not None)
+    return resolve_stabilizers(choice, protocol=protocol, official=getattr(twin, "official_stabilizers", None),
+                               model=type(model).__name__, families=families)
+
+
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
-            rules=None, protocol="official", correct_sign: bool | None = None, params: dict | None = None,
-            batch_size: int | None = None, **options) -> Explanation:
+            rules=None, protocol="official", stabilizers: str | Stabilizers | None = None,
+            correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
+            **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
 
     Args:
@@ -57,6 +67,13 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         rules: composite name overriding an LRP method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
             ``official_vit``, ``attnlrp_gamma``, ...); methods that are not one LRP pass ignore it.
         protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
+        stabilizers: ``official`` (the official code's epsilon-rule stabilisers for the model family: decoders and
+            ViT/DeiT) or ``none`` (exact rules, eps -> 0); ``None`` = the protocol's default (``official`` ->
+            ``official``, ``corrected`` -> ``none``). The forward is the same for either. Plain Gradient x Input
+            and the baselines never take them; families the official code has no counterpart for (GPT-2, OPT,
+            BERT, RoBERTa, BLOOM, RoPE ViTs) default to ``none`` and refuse ``official``. The two on the attention
+            scores apply with ``attention="eager"`` only. The name used is ``extras["stabilizers"]``; see
+            :mod:`palrp_bench.lrp.stabilizers`.
         correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
         params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
             ``{"sigma": 0.1}`` for SmoothGrad); an unknown key is an error.
@@ -73,13 +90,20 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     twin = twin_for(model)
     m.check_modality(twin.modality)
     resolved = m.resolved_params(params)
+    stab = _stabilizers(twin, model, stabilizers, protocol)
     if not m.is_lrp:
-        return run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
-                              batch_size)
+        e = run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
+                           batch_size)
+        e.extras["stabilizers"] = NONE.name
+        return e
     if not m.positional_abs and not twin.positional.multi_sink:
         raise BadInputError(f"method {m.name!r} ablates per-layer positional sinks, but {type(model).__name__}'s "
                             f"{twin.positional.name} position has a single sink", "use pa_lrp")
     composite = get_composite(rules or m.composite or twin.default_composite)
+    if not composite.stabilizable:
+        stab = NONE
+    if getattr(twin, "official_stabilizers", None) is not None:  # a twin that places stabilisers
+        options["stabilizers"] = stab
     if correct_sign is None:
         correct_sign = protocol == "corrected" and getattr(twin, "is_classifier", False)
     prepared = twin.prepare(inputs, attention_mask)
@@ -102,7 +126,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         scores = signed.clamp(min=0)
         extras = {**parts["extras"], "scores_signed": signed}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
-    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone())
+    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name)
     return Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
                        logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
                        aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)

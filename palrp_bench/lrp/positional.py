@@ -103,10 +103,12 @@ class RoPE(PositionalKind):
         return cos.detach().clone().requires_grad_(True), sin.detach().clone().requires_grad_(True)
 
     @staticmethod
-    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, product_rule: str) -> torch.Tensor:
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, product_rule: str,
+              eps: float = 0.0) -> torch.Tensor:
         """``x*cos + rot(x)*sin`` for ``x`` ``[B, H, T, d]`` and ``cos``/``sin`` ``[B, T, r]``, each product under
         ``product_rule`` (``uniform`` in every LRP composite); with ``r < d`` (partial rotary) only ``x[..., :r]`` is
-        rotated and ``x[..., r:]`` passes through."""
+        rotated and ``x[..., r:]`` passes through. ``eps``: the epsilon-rule stabiliser of the sum
+        (:func:`palrp_bench.lrp.rules.stabilize`; 0 = exact)."""
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
         rotary = cos.shape[-1]
@@ -114,8 +116,9 @@ class RoPE(PositionalKind):
             x_rot, x_pass = x[..., :rotary], x[..., rotary:]
             rotated = (rules.product(x_rot, cos, rule=product_rule)
                        + rules.product(rules.rotate_half(x_rot), sin, rule=product_rule))
-            return torch.cat((rotated, x_pass), dim=-1)
-        return rules.product(x, cos, rule=product_rule) + rules.product(rules.rotate_half(x), sin, rule=product_rule)
+            return torch.cat((rules.stabilize(rotated, eps), x_pass), dim=-1)
+        return rules.stabilize(rules.product(x, cos, rule=product_rule)
+                               + rules.product(rules.rotate_half(x), sin, rule=product_rule), eps)
 
     @staticmethod
     def reduce(cos_relevance: list[torch.Tensor], sin_relevance: list[torch.Tensor], n_layers: int, batch: int,

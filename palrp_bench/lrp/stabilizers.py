@@ -18,10 +18,13 @@ float32 resolution of the official outputs), while the eager path costs T x T me
 
 ``protocol=official`` uses the official set of the model family (:attr:`official_stabilizers` of the twin),
 ``protocol=corrected`` uses :data:`NONE`; ``explain(..., stabilizers="official" | "none")`` overrides either.
+Families the official code never ran (twins without ``official_stabilizers``: GPT-2, OPT, BERT, RoBERTa, BLOOM,
+RoPE ViTs) get :data:`NONE` under either protocol and refuse an explicit ``"official"``; plain Gradient x Input and the
+baselines that are not one LRP pass always get :data:`NONE`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import BadInputError
 
@@ -56,6 +59,11 @@ class Stabilizers:
     gamma: float = 0.0
     copy: float = 0.0
 
+    @property
+    def active(self) -> bool:
+        """Whether any place has a non-zero eps (False for :data:`NONE`: the exact rules)."""
+        return any(getattr(self, f.name) != 0.0 for f in fields(self) if f.name != "name")
+
 
 #: The exact rules (eps -> 0): ``protocol=corrected``.
 NONE = Stabilizers("none")
@@ -85,15 +93,30 @@ CHOICES = ("official", "none")
 PROTOCOL_DEFAULTS = {"official": "official", "corrected": "none"}
 
 
-def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers) -> Stabilizers:
+def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers | None,
+                        model: str = "this model", families: str = "") -> Stabilizers:
     """The stabilisers of one explanation: ``None`` -> the protocol's default; ``"official"`` -> ``official`` (the
-    model family's official set); ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through."""
-    if isinstance(choice, Stabilizers):
-        return choice
+    model family's official set); ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through.
+
+    ``official=None``: the official code has no counterpart for the family (``model`` names it): the protocol's
+    default is then :data:`NONE`, while an explicit ``"official"`` or a set with a non-zero eps is refused with one
+    line naming the ``families`` that have an official set.
+    """
+    explicit = choice is not None
     if choice is None:
         choice = PROTOCOL_DEFAULTS[protocol]
-    if choice == "official":
-        return official
-    if choice == "none":
+    if isinstance(choice, Stabilizers):
+        resolved = choice
+    elif choice == "none":
         return NONE
-    raise BadInputError(f"unknown stabilizers {choice!r}", f"use one of: {', '.join(CHOICES)}")
+    elif choice == "official":
+        if official is None and not explicit:
+            return NONE
+        resolved = official
+    else:
+        raise BadInputError(f"unknown stabilizers {choice!r}", f"use one of: {', '.join(CHOICES)}")
+    if official is None and (resolved is None or resolved.active):
+        name = choice if isinstance(choice, str) else choice.name
+        raise BadInputError(f"stabilizers={name!r} has no counterpart for {model}: the official code's stabilisers "
+                            f"exist for {families or 'other families'} only", "use stabilizers='none' or leave it unset")
+    return resolved if resolved is not None else NONE

@@ -11,7 +11,12 @@ and re-implements only the wiring with the rules of :mod:`palrp_bench.lrp.rules`
 * the positional encoding of the spec's kind (:mod:`palrp_bench.lrp.positional`; RoPE, full or partial: per-layer
   (cos, sin) sinks when asked for, constants otherwise; one table per layer type where the family has several);
 * attention through fused SDPA with gradient scaling (or an eager path with explicit weights for the ledger, which
-  soft-capped scores always take); sliding windows are part of the boolean mask.
+  soft-capped scores always take); sliding windows are part of the boolean mask;
+* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official NLP set under
+  ``protocol=official``), at the same places for every family: ``linear`` on every projection output (q, k, v, o,
+  gate, up, down, fused ones as a whole) and on the LM head / classifier, ``add`` on the RoPE sums and on the
+  residual sums, ``av`` on ``A V``, with ``attention="eager"`` also ``qk`` on ``Q K^T`` and ``add`` on the masked
+  scores; ``norm`` / ``final_norm`` on the norms inside the layers (incl. q/k and sandwich norms) / the final one.
 
 What differs between families is data: a :class:`DecoderSpec` names the modules and says which of the options
 below the family uses, and :func:`register_decoder` makes it known. A new family is one spec in its own module of
@@ -33,6 +38,7 @@ from ..lrp import rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
 from ..lrp.positional import get_positional
+from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
 from .registry import discover, register_twin
 
@@ -265,6 +271,8 @@ class DecoderTwin:
     modality = "tokens"
     starting_relevance = "logit"
     default_composite = "attnlrp"
+    #: the stabilisers of the official NLP code (``stabilizers="official"``), for every decoder family
+    official_stabilizers = OFFICIAL_NLP
 
     @classmethod
     def family(cls) -> str:
@@ -384,10 +392,11 @@ class DecoderTwin:
         return DecoderInputs(input_ids, attention_mask, self.last_index(input_ids, attention_mask))
 
     def run(self, inputs: DecoderInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
-            attention: str = "sdpa") -> TwinOutput:
+            attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> TwinOutput:
         """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh embedding leaf)."""
         return self.forward(self.embed(inputs.input_ids), inputs.attention_mask, inputs.last_index, composite,
-                            positional_sinks=positional_sinks, causal=causal, attention=attention)
+                            positional_sinks=positional_sinks, causal=causal, attention=attention,
+                            stabilizers=stabilizers)
 
     def summarize(self, inputs: DecoderInputs, attribution: Attribution) -> dict:
         """Semantic and positional parts of the relevance (shapes: :class:`~palrp_bench.lrp.explanation.Explanation`)
@@ -407,13 +416,16 @@ class DecoderTwin:
     def forward(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None, last_index: torch.Tensor,
                 composite: Composite, *, positional_sinks: bool, causal: bool = True,
                 attention: str = "sdpa", recorder: rules.AttentionRecorder | None = None,
-                position_ids: torch.Tensor | None = None, return_all_logits: bool = False) -> TwinOutput:
+                position_ids: torch.Tensor | None = None, return_all_logits: bool = False,
+                stabilizers: Stabilizers = NONE) -> TwinOutput:
         """One LRP-aware forward from the embedding leaf to the logits at ``last_index``.
 
         ``causal=False`` reproduces the official code's defect for ARC/Wikipedia (docs/protocol.md section 2:
         no causal mask reached the attention; a sliding window then becomes the symmetric band ``|i - j| < w``).
         ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
+        ``stabilizers``: epsilon-rule stabilisers (module docstring); the forward values are the same for any.
         """
+        stab = stabilizers
         b, t, _ = embeds.shape
         if attention_mask is None:
             attention_mask = torch.ones(b, t, dtype=torch.long, device=embeds.device)
@@ -432,37 +444,46 @@ class DecoderTwin:
             if positional_sinks:
                 cos_leaves.append(c)
                 sin_leaves.append(s)
-            x = self._layer(layer, x, c, s, masks[self.windows[index]], composite, causal, attention, recorder)
+            x = self._layer(layer, x, c, s, masks[self.windows[index]], composite, causal, attention, recorder,
+                            stab)
         hidden = x[torch.arange(b, device=x.device), last_index]
-        logits = self._logits(hidden, composite)
-        all_logits = self._logits(x, composite) if return_all_logits else None
+        logits = self._logits(hidden, composite, stab)
+        all_logits = self._logits(x, composite, stab) if return_all_logits else None
         return TwinOutput(logits, embeds, cos_leaves, sin_leaves, last_index, all_logits)
 
-    def _logits(self, hidden: torch.Tensor, composite: Composite) -> torch.Tensor:
-        logits = self.head(self._norm(self.final_norm, hidden, composite))
+    def _logits(self, hidden: torch.Tensor, composite: Composite, stab: Stabilizers) -> torch.Tensor:
+        normed = self._norm(self.final_norm, hidden, composite, stab.final_norm)
+        logits = rules.stabilize(self.head(normed), stab.linear)
         if self.final_softcap is not None:
             logits = rules.softcap(logits, float(self.final_softcap), composite.softcap)
         return logits
 
-    def _norm(self, module, x: torch.Tensor, composite: Composite) -> torch.Tensor:
+    def _norm(self, module, x: torch.Tensor, composite: Composite, eps: float = 0.0) -> torch.Tensor:
+        """The spec's norm under ``composite.norm``; ``eps`` stabilises its output (0 = exact)."""
         spec = self.spec
         if spec.norm == "layer":
-            return rules.layer_norm(x, module.weight, module.bias, _norm_eps(module, spec), composite.norm)
-        if spec.norm_offset == 0.0 and not spec.norm_weight_before_cast:
-            return rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm)
-        return rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm, offset=spec.norm_offset,
-                              weight_before_cast=spec.norm_weight_before_cast)
+            y = rules.layer_norm(x, module.weight, module.bias, _norm_eps(module, spec), composite.norm)
+        elif spec.norm_offset == 0.0 and not spec.norm_weight_before_cast:
+            y = rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm)
+        else:
+            y = rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm, offset=spec.norm_offset,
+                               weight_before_cast=spec.norm_weight_before_cast)
+        return rules.stabilize(y, eps)
 
-    def _qkv(self, attn, h: torch.Tensor, hd: int):
+    def _qkv(self, attn, h: torch.Tensor, hd: int, stab: Stabilizers):
         """Queries ``[B, H, T, d]``, keys and values ``[B, Hkv, T, d]`` from the attention input."""
         spec = self.spec
         b, t, _ = h.shape
+
+        def linear(name):
+            return rules.stabilize(getattr(attn, name)(h), stab.linear)
+
         if spec.fused_qkv is None:
-            q = getattr(attn, spec.q_proj)(h).view(b, t, -1, hd).transpose(1, 2)
-            k = getattr(attn, spec.k_proj)(h).view(b, t, -1, hd).transpose(1, 2)
-            v = getattr(attn, spec.v_proj)(h).view(b, t, -1, hd).transpose(1, 2)
+            q = linear(spec.q_proj).view(b, t, -1, hd).transpose(1, 2)
+            k = linear(spec.k_proj).view(b, t, -1, hd).transpose(1, 2)
+            v = linear(spec.v_proj).view(b, t, -1, hd).transpose(1, 2)
             return q, k, v
-        fused = getattr(attn, spec.fused_qkv)(h)
+        fused = linear(spec.fused_qkv)
         if spec.qkv_layout == "per_head":  # GPT-NeoX: [q_h | k_h | v_h] per head
             return fused.view(b, t, -1, 3 * hd).transpose(1, 2).chunk(3, dim=-1)
         n_q = self.config.num_attention_heads * hd
@@ -470,57 +491,65 @@ class DecoderTwin:
         q, k, v = fused[..., :n_q], fused[..., n_q:n_q + n_kv], fused[..., n_q + n_kv:]
         return tuple(y.view(b, t, -1, hd).transpose(1, 2) for y in (q, k, v))
 
-    def _attention(self, layer, h, cos, sin, mask, composite: Composite, causal, attention, recorder):
+    def _attention(self, layer, h, cos, sin, mask, composite: Composite, causal, attention, recorder,
+                   stab: Stabilizers):
         spec = self.spec
         attn = getattr(layer, spec.attention)
         b, t, _ = h.shape
-        q, k, v = self._qkv(attn, h, getattr(attn, spec.head_dim_attr))
+        q, k, v = self._qkv(attn, h, getattr(attn, spec.head_dim_attr), stab)
         if spec.qk_norm is not None:
-            q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite)
-            k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite)
-        q = self.positional.apply(q, cos, sin, composite.product)
-        k = self.positional.apply(k, cos, sin, composite.product)
+            q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite, stab.norm)
+            k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite, stab.norm)
+        q = self.positional.apply(q, cos, sin, composite.product, eps=stab.add)
+        k = self.positional.apply(k, cos, sin, composite.product, eps=stab.add)
+        eager = attention == "eager"  # the score stabilisers need the materialised scores (lrp/stabilizers.py)
         o = rules.attention(q, k, v, mask=mask, causal=causal, scale=attn.scaling,
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
                             qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder,
+                            qk_eps=stab.qk if eager else 0.0, mask_eps=stab.add if eager else 0.0, av_eps=stab.av,
                             score_softcap=self.attention_softcap, softcap_rule=composite.softcap)
-        out = getattr(attn, spec.o_proj)(o.transpose(1, 2).reshape(b, t, -1))
+        out = rules.stabilize(getattr(attn, spec.o_proj)(o.transpose(1, 2).reshape(b, t, -1)), stab.linear)
         if spec.attention_out_norm is not None:
-            out = self._norm(getattr(layer, spec.attention_out_norm), out, composite)
+            out = self._norm(getattr(layer, spec.attention_out_norm), out, composite, stab.norm)
         return out
 
-    def _mlp(self, layer, h, composite: Composite):
+    def _mlp(self, layer, h, composite: Composite, stab: Stabilizers):
         spec = self.spec
         mlp = getattr(layer, spec.mlp_block)
         act = getattr(mlp, spec.activation)
+
+        def linear(name, x):
+            return rules.stabilize(getattr(mlp, name)(x), stab.linear)
+
         if spec.mlp == "plain":
             # no second operand to carry relevance past the activation: CP-LRP's constant gate is f(x)/x, i.e. the
             # identity rule (as lxt's CP-LRP map for ungated MLPs)
             rule = "identity" if composite.activation == "constant" else composite.activation
-            out = getattr(mlp, spec.down_proj)(rules.activation(getattr(mlp, spec.up_proj)(h), act, rule))
+            out = linear(spec.down_proj, rules.activation(linear(spec.up_proj, h), act, rule))
         else:
             if spec.fused_gate_up is not None:
-                gate, up = getattr(mlp, spec.fused_gate_up)(h).chunk(2, dim=-1)
+                gate, up = linear(spec.fused_gate_up, h).chunk(2, dim=-1)
             else:
-                gate, up = getattr(mlp, spec.gate_proj)(h), None
+                gate, up = linear(spec.gate_proj, h), None
             gate = rules.activation(gate, act, composite.activation)
             if up is None:
-                up = getattr(mlp, spec.up_proj)(h)
-            out = getattr(mlp, spec.down_proj)(rules.product(gate, up, rule=composite.product))
+                up = linear(spec.up_proj, h)
+            out = linear(spec.down_proj, rules.product(gate, up, rule=composite.product))
         if spec.mlp_out_norm is not None:
-            out = self._norm(getattr(layer, spec.mlp_out_norm), out, composite)
+            out = self._norm(getattr(layer, spec.mlp_out_norm), out, composite, stab.norm)
         return out
 
-    def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder):
+    def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder,
+               stab: Stabilizers = NONE):
         spec = self.spec
-        h = self._norm(getattr(layer, spec.attention_norm), x, composite)
-        a = self._attention(layer, h, cos, sin, mask, composite, causal, attention, recorder)
+        h = self._norm(getattr(layer, spec.attention_norm), x, composite, stab.norm)
+        a = self._attention(layer, h, cos, sin, mask, composite, causal, attention, recorder, stab)
         if self.parallel_residual:  # GPT-NeoX: both branches read the layer input (summed in its order)
-            m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite), composite)
-            return m + a + x
-        x = x + a
-        h = self._norm(getattr(layer, spec.mlp_norm), x, composite)
-        return x + self._mlp(layer, h, composite)
+            m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm), composite, stab)
+            return rules.stabilize(m + a + x, stab.add)
+        x = rules.stabilize(x + a, stab.add)
+        h = self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm)
+        return rules.stabilize(x + self._mlp(layer, h, composite, stab), stab.add)
 
 
 def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True

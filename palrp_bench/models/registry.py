@@ -14,6 +14,9 @@ Each twin class provides (the explanation protocol :func:`palrp_bench.explain` d
     prepare(inputs, attention_mask) -> inputs record  # validated, on the model's device
     run(inputs, composite, *, positional_sinks, **options) -> forward record with .logits and .sinks
     summarize(inputs, attribution) -> dict            # semantic / positional parts
+    official_stabilizers: Stabilizers | None          # optional: the official code's eps per place
+                                                      # (palrp_bench.lrp.stabilizers); when set, run() takes
+                                                      # stabilizers=...; absent / None: no official counterpart
 
 Every module of this package is imported when the registry is first used, so a new family (one module with its
 spec or twin class) needs no edit anywhere else. Modules must stay cheap to import (library imports inside

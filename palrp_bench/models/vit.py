@@ -10,7 +10,11 @@ only the wiring with the rules of :mod:`palrp_bench.lrp.rules` and :mod:`palrp_b
   where ``composite.linear_gamma`` names the role, else the epsilon rule (eps -> 0, plain gradient);
 * LayerNorm with the standard deviation constant (``norm="identity"``), GELU under the identity rule;
 * attention through :func:`palrp_bench.lrp.rules.attention` with the composite's shares;
-* residual adds and the position-embedding add by the epsilon rule (plain gradient).
+* residual adds and the position-embedding add by the epsilon rule (plain gradient);
+* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official vision set under
+  ``protocol=official``): on the epsilon linears, the adds, ``A V`` (and ``Q K^T`` with ``attention="eager"``), the
+  LayerNorms (the final one with its own eps), the residual branch points and the CLS pooling, and Zennit's
+  sign-aware eps in the gamma rules.
 
 Relevance sinks (PROTOCOL.md section 1, paper Eq. 5 with eps -> 0; the ``learned_absolute`` kind of
 :mod:`palrp_bench.lrp.positional`): ``z = E + P`` so ``R(E) = E * grad_z`` and ``R(P) = P * grad_z``. The pixels
@@ -47,6 +51,7 @@ from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite, get_composite
 from ..lrp.gamma import gamma_module
 from ..lrp.positional import LearnedAbsolute
+from ..lrp.stabilizers import NONE, OFFICIAL_VISION, Stabilizers
 from .registry import register_twin
 
 __all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
@@ -103,6 +108,8 @@ class VitTwin:
     #: ``corrected`` protocol keeps it too; true AttnLRP rules are ``rules="attnlrp"`` / ``"attnlrp_gamma"``.
     default_composite = "official_vit"
     positional = LearnedAbsolute()
+    #: the stabilisers of the official vision code (``stabilizers="official"``)
+    official_stabilizers = OFFICIAL_VISION
 
     @classmethod
     def family(cls) -> str:
@@ -256,69 +263,87 @@ class VitTwin:
 
     # ------------------------------------------------------------------ forward
     def forward(self, pixels: torch.Tensor, composite: Composite, *, attention: str = "sdpa",
-                recorder: rules.AttentionRecorder | None = None) -> VitForward:
+                recorder: rules.AttentionRecorder | None = None, stabilizers: Stabilizers = NONE) -> VitForward:
         """One LRP-aware forward from the pixel leaf ``pixels`` (``requires_grad``) to the logits.
 
         ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
+        ``stabilizers``: epsilon-rule stabilisers (module docstring); the forward values are the same for any.
         """
         composite = self.check_composite(get_composite(composite))
+        stab = stabilizers
         model = self.model
         b = pixels.shape[0]
-        tokens, grid = self._embed_patches(pixels, composite)
+        tokens, grid = self._embed_patches(pixels, composite, stab)
         prefix_params = [model.cls_token] + ([model.dist_token] if self.distilled else [])
         prefix = torch.cat([p.detach().expand(b, -1, -1) for p in prefix_params], 1).clone().requires_grad_(True)
         pos = self.positional.sink(self.position_table(grid), b)
         if self.no_embed_class:
-            x = torch.cat([prefix, tokens + pos], 1)
+            x = torch.cat([prefix, rules.stabilize(tokens + pos, stab.add)], 1)
         else:
-            x = torch.cat([prefix, tokens], 1) + pos
-        x = self._norm(model.norm_pre, x, composite)
+            x = rules.stabilize(torch.cat([prefix, tokens], 1) + pos, stab.add)
+        x = self._norm(model.norm_pre, x, composite, stab.norm)
         for blk in self.blocks:
-            x = self._block(blk, x, composite, attention, recorder)
-        x = self._norm(model.norm, x, composite)
+            x = self._block(blk, x, composite, attention, recorder, stab)
+        x = self._norm(model.norm, x, composite, stab.final_norm)
         head_gamma = composite.gamma_for("head")
         if self.distilled:
-            logits = (gamma_module(model.head, x[:, 0], head_gamma)
-                      + gamma_module(model.head_dist, x[:, 1], head_gamma)) / 2
+            logits = (self._linear(model.head, rules.stabilize(x[:, 0], stab.copy), head_gamma, stab)
+                      + self._linear(model.head_dist, rules.stabilize(x[:, 1], stab.copy), head_gamma, stab)) / 2
         else:
-            pooled = self._norm(model.fc_norm, x[:, 0], composite)
-            logits = gamma_module(model.head, pooled, head_gamma)
+            pooled = self._norm(model.fc_norm, rules.stabilize(x[:, 0], stab.copy), composite, stab.final_norm)
+            logits = self._linear(model.head, pooled, head_gamma, stab)
         return VitForward(logits, pixels, tokens, prefix, pos, grid)
 
-    def _embed_patches(self, pixels: torch.Tensor, composite: Composite) -> tuple[torch.Tensor, tuple[int, int]]:
-        z = gamma_module(self.patch_embed.proj, pixels, composite.gamma_for("patch_embed"))
+    def _embed_patches(self, pixels: torch.Tensor, composite: Composite,
+                       stab: Stabilizers = NONE) -> tuple[torch.Tensor, tuple[int, int]]:
+        z = self._linear(self.patch_embed.proj, pixels, composite.gamma_for("patch_embed"), stab)
         grid = (int(z.shape[-2]), int(z.shape[-1]))
         tokens = z.flatten(2).transpose(1, 2)
-        return self._norm(self.patch_embed.norm, tokens, composite), grid
+        return self._norm(self.patch_embed.norm, tokens, composite, stab.norm), grid
 
     @staticmethod
-    def _norm(module: nn.Module, x: torch.Tensor, composite: Composite) -> torch.Tensor:
+    def _linear(module: nn.Module, x: torch.Tensor, gamma: float | None, stab: Stabilizers) -> torch.Tensor:
+        """A linear / conv of its role: the gamma rule (with Zennit's stabiliser ``stab.gamma``) or the epsilon rule
+        (stabilised by ``stab.linear``)."""
+        if gamma is None:
+            return rules.stabilize(module(x), stab.linear)
+        return gamma_module(module, x, gamma, stabilizer=stab.gamma)
+
+    @staticmethod
+    def _norm(module: nn.Module, x: torch.Tensor, composite: Composite, eps: float = 0.0) -> torch.Tensor:
+        """LayerNorm under ``composite.norm`` (Identity passes through); ``eps`` stabilises its output."""
         if isinstance(module, nn.Identity):
             return x
-        return rules.layer_norm(x, module.weight, module.bias, module.eps, composite.norm)
+        return rules.stabilize(rules.layer_norm(x, module.weight, module.bias, module.eps, composite.norm), eps)
 
-    def _block(self, blk, x, composite: Composite, attention: str, recorder) -> torch.Tensor:
-        h = self._attention(blk.attn, self._norm(blk.norm1, x, composite), composite, attention, recorder)
-        x = x + _layer_scale(blk.ls1, h)
-        h = self._mlp(blk.mlp, self._norm(blk.norm2, x, composite), composite)
-        return x + _layer_scale(blk.ls2, h)
+    def _block(self, blk, x, composite: Composite, attention: str, recorder,
+               stab: Stabilizers = NONE) -> torch.Tensor:
+        x = rules.stabilize(x, stab.copy)  # branch point: residual and norm1
+        h = self._attention(blk.attn, self._norm(blk.norm1, x, composite, stab.norm), composite, attention, recorder,
+                            stab)
+        x = rules.stabilize(rules.stabilize(x + _layer_scale(blk.ls1, h), stab.add), stab.copy)
+        h = self._mlp(blk.mlp, self._norm(blk.norm2, x, composite, stab.norm), composite, stab)
+        return rules.stabilize(x + _layer_scale(blk.ls2, h), stab.add)
 
-    def _attention(self, attn, h, composite: Composite, attention: str, recorder) -> torch.Tensor:
+    def _attention(self, attn, h, composite: Composite, attention: str, recorder,
+                   stab: Stabilizers = NONE) -> torch.Tensor:
         b, n, _ = h.shape
         heads, head_dim = attn.num_heads, attn.head_dim
-        qkv = gamma_module(attn.qkv, h, composite.gamma_for("qkv"))
+        qkv = self._linear(attn.qkv, h, composite.gamma_for("qkv"), stab)
         q, k, v = qkv.reshape(b, n, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        eager = attention == "eager"  # the score stabiliser needs the materialised scores (lrp/stabilizers.py)
         o = rules.attention(q, k, v, mask=None, causal=False, scale=attn.scale,
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
-                            qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder)
+                            qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder,
+                            qk_eps=stab.qk if eager else 0.0, av_eps=stab.av)
         o = o.transpose(1, 2).reshape(b, n, heads * head_dim)
-        return gamma_module(attn.proj, o, composite.gamma_for("attn_out"))
+        return self._linear(attn.proj, o, composite.gamma_for("attn_out"), stab)
 
-    def _mlp(self, mlp, h, composite: Composite) -> torch.Tensor:
+    def _mlp(self, mlp, h, composite: Composite, stab: Stabilizers = NONE) -> torch.Tensor:
         gamma = composite.gamma_for("mlp")
-        h = gamma_module(mlp.fc1, h, gamma)
+        h = self._linear(mlp.fc1, h, gamma, stab)
         h = rules.activation(h, mlp.act, self.activation_rule(composite))
-        return gamma_module(mlp.fc2, h, gamma)
+        return self._linear(mlp.fc2, h, gamma, stab)
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, pixel_values, attention_mask=None) -> VitInputs:
@@ -328,12 +353,13 @@ class VitTwin:
         return VitInputs(self.prepare_pixels(pixel_values))
 
     def run(self, inputs: VitInputs, composite: Composite, *, positional_sinks: bool = True,
-            attention: str = "sdpa") -> VitForward:
+            attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> VitForward:
         """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh pixel leaf). The learned
         PE is always a sink (it changes no other relevance), so ``positional_sinks`` has no effect."""
         if attention not in ("sdpa", "eager"):
             raise BadInputError(f"unknown attention implementation {attention!r}", "use sdpa or eager")
-        return self.forward(inputs.pixels.detach().clone().requires_grad_(True), composite, attention=attention)
+        return self.forward(inputs.pixels.detach().clone().requires_grad_(True), composite, attention=attention,
+                            stabilizers=stabilizers)
 
     def summarize(self, inputs: VitInputs, attribution: Attribution) -> dict:
         """Pixel-level semantic map ``[B, H, W]`` (patch-embedding input summed over RGB), per-patch positional

@@ -82,6 +82,7 @@ class RopeVitTwin(VitTwin):
 
     default_composite = "attnlrp"
     positional = Rope2D()
+    official_stabilizers = None  # the official code has no RoPE ViT (palrp_bench/lrp/stabilizers.py)
 
     @classmethod
     def family(cls) -> str:

@@ -75,8 +75,8 @@ def test_rope_sinks_receive_half_of_the_rotated_qk_relevance(monkeypatch):
     captured = []
     original = RoPE.apply
 
-    def spy(x, cos, sin, rule):
-        out = original(x, cos, sin, rule)
+    def spy(x, cos, sin, rule, **stabilizer):
+        out = original(x, cos, sin, rule, **stabilizer)
         out.retain_grad()
         captured.append(out)
         return out

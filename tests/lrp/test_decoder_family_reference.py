@@ -4,11 +4,15 @@ RoPE family, for AttnLRP (cos/sin constant) and for the PA-LRP pass (cos/sin sin
 
 Tolerance 1e-9 relative to the largest |relevance| (the reference divides by every pre-activation, the fast path
 never does; measured <= 2.4e-14).
+
+The same comparison with large epsilon-rule stabilisers at every place (``stabilizers``, palrp_bench/lrp/stabilizers.py;
+a distinct eps per field) pins where the twin puts each of them, for every family.
 """
 import pytest
 import torch
 
 from palrp_bench.lrp.composites import ATTNLRP
+from palrp_bench.lrp.stabilizers import NONE, Stabilizers
 from palrp_bench.models.decoder import DecoderTwin
 from models.tiny_families import FAMILIES, make_model, random_ids
 from reference.explicit_decoder import explicit_relevance
@@ -19,10 +23,15 @@ ONE_LAYER = {"qwen2": dict(max_window_layers=0), "qwen3": dict(max_window_layers
 TOL = 1e-9
 
 
-def fast_relevance(model, ids, sinks):
+#: a distinct eps per field, large enough to move every relevance by far more than TOL (values of order 1)
+LARGE = Stabilizers("large", linear=0.011, add=0.023, qk=0.031, av=0.017, norm=0.043, final_norm=0.057)
+
+
+def fast_relevance(model, ids, sinks, stabilizers=NONE):
     twin = DecoderTwin(model)
     embeds = twin.embed(ids[None])
-    out = twin.forward(embeds, None, twin.last_index(ids[None], None), ATTNLRP, positional_sinks=sinks)
+    out = twin.forward(embeds, None, twin.last_index(ids[None], None), ATTNLRP, positional_sinks=sinks,
+                       attention="eager", stabilizers=stabilizers)
     logit = out.logits[0].max()
     leaves = [embeds, *out.cos, *out.sin]
     grads = torch.autograd.grad(logit, leaves)
@@ -51,3 +60,20 @@ def test_twin_matches_the_explicit_reference(family, kind, sinks):
         assert rel_diff(fast["sin"], slow["sin"]) < TOL
     else:
         assert slow["cos"].abs().max() == 0
+
+
+@pytest.mark.parametrize("kind", ["causal", "classifier"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_stabilisers_sit_at_the_reference_places(family, kind):
+    """Every stabiliser of :class:`Stabilizers` in the denominator of its rule, at the same places for every
+    family (linears incl. fused ones and the head, residual and RoPE sums, Q K^T, the masked scores, A V, the norms
+    inside the layer incl. q/k and sandwich norms, the final norm); a missing or misplaced one moves the relevance
+    by ~eps / z, far beyond TOL."""
+    model = make_model(family, kind, dtype=torch.float64, num_hidden_layers=1, **ONE_LAYER.get(family, {}))
+    ids = random_ids(1, 9)[0]
+    fast = fast_relevance(model, ids, True, LARGE)
+    slow = explicit_relevance(model, ids, sinks=True, stab=LARGE)
+    exact = explicit_relevance(model, ids, sinks=True)
+    assert rel_diff(slow["embeds"], exact["embeds"]) > 1e4 * TOL, "the stabilisers must make a difference"
+    for part in ("embeds", "cos", "sin"):
+        assert rel_diff(fast[part], slow[part]) < TOL, part

@@ -40,6 +40,7 @@ def test_eq11_aggregation_is_nonnegative_and_differs(model):
     (dict(aggregation="mean"), "unknown aggregation"),
     (dict(rules="zennit"), "unknown rules"),
     (dict(protocol="paper"), "unknown protocol"),
+    (dict(stabilizers="zennit"), "unknown stabilizers 'zennit'"),
     (dict(target=500), "target index out of range"),
 ])
 def test_bad_arguments_fail_with_one_line_messages(model, kwargs, match):
@@ -65,3 +66,45 @@ def test_unsupported_model():
     headless = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
     with pytest.raises(UnsupportedModelError, match="no LRP twin for model class GPT2Model"):
         explain(headless, torch.tensor([[1, 2, 3]]))
+
+
+def test_stabilizers_switch_defaults_from_protocol_and_keeps_the_forward(model):
+    """``stabilizers`` (lrp/stabilizers.py): ``official`` under protocol=official, ``none`` under corrected, either
+    on request; the forward (logits, prediction) is the same, the relevance moves; plain Gradient x Input and the
+    baselines never take them."""
+    ids = random_ids(2, 9)
+    default = explain(model, ids, method="pa_lrp")
+    official = explain(model, ids, method="pa_lrp", stabilizers="official")
+    none = explain(model, ids, method="pa_lrp", stabilizers="none")
+    corrected = explain(model, ids, method="pa_lrp", protocol="corrected")
+    assert default.extras["stabilizers"] == "official" and none.extras["stabilizers"] == "none"
+    assert corrected.extras["stabilizers"] == "none"
+    assert torch.equal(default.semantic, official.semantic) and torch.equal(default.positional, official.positional)
+    assert torch.equal(corrected.semantic, none.semantic)
+    assert torch.equal(official.logit, none.logit) and torch.equal(official.target, none.target)
+    assert not torch.equal(official.semantic, none.semantic)
+    assert (official.semantic - none.semantic).abs().max() < 1e-3 * none.semantic.abs().max()
+    # eager adds the two score stabilisers (Q K^T, mask add): same forward as eager without them, tiny change
+    eager = explain(model, ids, method="pa_lrp", stabilizers="official", attention="eager")
+    eager_none = explain(model, ids, method="pa_lrp", stabilizers="none", attention="eager")
+    assert torch.equal(eager.logit, eager_none.logit)
+    assert not torch.equal(eager.semantic, official.semantic)
+    assert torch.allclose(eager.semantic, official.semantic, rtol=0, atol=1e-5 * official.semantic.abs().max())
+    gxi = explain(model, ids, method="grad_x_input", stabilizers="official")
+    assert gxi.extras["stabilizers"] == "none"
+    assert torch.equal(gxi.semantic, explain(model, ids, method="grad_x_input", stabilizers="none").semantic)
+    assert explain(model, ids, method="integrated_gradients", params={"n_steps": 2}).extras["stabilizers"] == "none"
+
+
+def test_families_without_an_official_set_take_none_and_refuse_official():
+    """GPT-2 (and the other twins the official code never ran): the protocol default resolves to ``none``
+    (recorded as such), an explicit ``official`` is refused with one line naming the families that have one."""
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).eval()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    default = explain(gpt2, ids, method="pa_lrp")
+    assert default.extras["stabilizers"] == "none"
+    assert torch.equal(default.scores, explain(gpt2, ids, method="pa_lrp", stabilizers="none").scores)
+    with pytest.raises(BadInputError, match="stabilizers='official' has no counterpart for GPT2LMHeadModel") as info:
+        explain(gpt2, ids, method="pa_lrp", stabilizers="official")
+    message = str(info.value)
+    assert "\n" not in message and "decoders (" in message and "vit/deit" in message

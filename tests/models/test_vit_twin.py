@@ -14,6 +14,8 @@ from palrp_bench import explain
 from palrp_bench.errors import BadInputError, MissingDataError, UnsupportedModelError
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import OFFICIAL_VIT, Composite, get_composite
+from palrp_bench.lrp.gamma import gamma_conv2d, gamma_linear
+from palrp_bench.lrp.stabilizers import Stabilizers
 from palrp_bench.methods.pixel_aggregation import paint_patches
 from palrp_bench.lrp.attribution import seed_gradient
 from palrp_bench.models.loading import load_timm_vit
@@ -168,9 +170,15 @@ def test_public_explain_dispatches_to_the_twin_with_its_default_rules():
     x = images(2)
     assert isinstance(twin_for(model), VitTwin)
     e = explain(model, x, method="pe_only")
-    assert e.rules == "official_vit"
-    direct = explain(model, x, method="pe_only", rules="official_vit")
+    assert e.rules == "official_vit" and e.extras["stabilizers"] == "official"
+    direct = explain(model, x, method="pe_only", rules="official_vit", stabilizers="official")
     assert torch.equal(e.scores, direct.scores)
+    # protocol=corrected: the exact rules (stabilizers="none"); the forward is the same, the relevance moves
+    exact = explain(model, x, method="pe_only", protocol="corrected")
+    assert exact.extras["stabilizers"] == "none"
+    assert torch.equal(exact.scores, explain(model, x, method="pe_only", stabilizers="none").scores)
+    assert torch.equal(exact.logit, e.logit), "stabilisers never change the forward"
+    assert not torch.equal(exact.positional, e.positional)
 
 
 # --------------------------------------------------------------------------------- accounting identity
@@ -199,7 +207,7 @@ def test_cp_lrp_conserves_exactly_without_biases(kind):
     total, _, _ = ledger(model, x, "cp_lrp")
     assert torch.allclose(total, torch.ones_like(total), atol=1e-10, rtol=0)
     # the same identity read off the Explanation (pixels + patch PE + CLS/dist terms)
-    e = explain(model, x, method="pa_lrp", rules="cp_lrp")
+    e = explain(model, x, method="pa_lrp", rules="cp_lrp", stabilizers="none")  # exact rules conserve exactly
     summed = e.extras["semantic_total_incl_prefix"] + e.extras["positional_total_incl_prefix"]
     assert torch.allclose(summed, torch.ones_like(summed), atol=1e-10, rtol=0)
     if kind == "distilled":
@@ -334,3 +342,84 @@ def test_pretrained_weights_come_from_the_local_hub_cache(tmp_path, monkeypatch)
     model = load_timm_vit("deit_tiny_patch16_224", pretrained=True, **kwargs)
     assert asked == ["timm/deit_tiny_patch16_224.fb_in1k"]
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
+
+
+# ------------------------------------------------------------------------------- stabilisers at their places
+class _EpsRule(torch.autograd.Function):
+    """Reference op (independent of rules.stabilize): identity forward; gradient times z / (z + eps)."""
+
+    @staticmethod
+    def forward(ctx, z, eps):
+        ctx.save_for_backward(z)
+        ctx.eps = eps
+        return z.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return grad * z / (z + ctx.eps), None
+
+
+def _eps(z, eps):
+    return _EpsRule.apply(z, eps) if eps else z
+
+
+def official_vit_reference(model, x, stab):
+    """The official vision relprop chain written out for a timm ViT in Gradient x Input form (``models/model.py`` and
+    ``modules/layers_ours.py`` of the official code; rules as in palrp_bench/lrp/stabilizers.py OFFICIAL_VISION):
+    ``Add`` (pos, residuals), ``Clone`` (residual branch points), std-constant ``CustomLRPLayerNorm``, epsilon
+    ``qkv`` / ``proj``, value path of the ``einsum`` ``A @ V`` with half its relevance, Zennit gamma on the MLP,
+    the head and the patch conv, ``IndexSelect`` of the CLS row. Returns the pixel relevance (start relevance 1)."""
+    def norm(module, h, eps):
+        c = h - h.mean(-1, keepdim=True)
+        y = c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + module.eps).detach() * module.weight + module.bias
+        return _eps(y, eps)
+
+    def gamma(module, h, g):
+        return gamma_linear(h, module.weight, module.bias, g, stabilizer=stab.gamma)
+
+    pixels = x.clone().requires_grad_(True)
+    pe = model.patch_embed.proj
+    z = gamma_conv2d(pixels, pe.weight, pe.bias, 100.0, stride=pe.stride, stabilizer=stab.gamma)
+    b, d = z.shape[0], z.shape[1]
+    h = torch.cat([model.cls_token.detach().expand(b, -1, -1), z.flatten(2).transpose(1, 2)], 1)
+    h = _eps(h + model.pos_embed.detach(), stab.add)
+    for blk in model.blocks:
+        h = _eps(h, stab.copy)
+        a = norm(blk.norm1, h, stab.norm)
+        heads = blk.attn.num_heads
+        qkv = _eps(torch.nn.functional.linear(a, blk.attn.qkv.weight, blk.attn.qkv.bias), stab.linear)
+        q, k, v = qkv.reshape(b, -1, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+        weights = torch.softmax(q @ k.transpose(-1, -2) * blk.attn.scale, -1).detach()  # A dropped (cp rule)
+        o = _eps(weights @ v, stab.av)
+        o = 0.5 * o + 0.5 * o.detach()  # half of the relevance of A @ V to the value path
+        o = _eps(torch.nn.functional.linear(o.transpose(1, 2).reshape(b, -1, d), blk.attn.proj.weight,
+                                            blk.attn.proj.bias), stab.linear)
+        h = _eps(_eps(h + o, stab.add), stab.copy)
+        m = norm(blk.norm2, h, stab.norm)
+        m = gamma(blk.mlp.fc1, m, 0.05)
+        m = m * (blk.mlp.act(m) / m).detach()  # identity rule on GELU
+        h = _eps(h + gamma(blk.mlp.fc2, m, 0.05), stab.add)
+    cls = _eps(norm(model.norm, h, stab.final_norm)[:, 0], stab.copy)
+    logits = gamma(model.head, cls, 0.05)
+    explained = logits.max(-1).values
+    (grad,) = torch.autograd.grad(explained, pixels, seed_gradient(explained, "unit"))
+    return (pixels * grad).detach()
+
+
+@pytest.mark.parametrize("field", ["linear", "add", "av", "norm", "final_norm", "gamma", "copy", "all"])
+def test_stabilisers_sit_where_the_official_rules_put_them(field):
+    """Each field of the official vision set, alone and all together (large eps so that each one matters), against
+    the written-out official relprop chain: equal to float64 rounding. (The fixture comparison in
+    test_deit_official.py cannot see the linear, gamma, copy and A V stabilisers: they are below its float32
+    resolution.)"""
+    large = dict(linear=0.11, add=0.13, av=0.07, norm=0.17, final_norm=0.19, gamma=0.05, copy=0.23)
+    stab = Stabilizers("test", **(large if field == "all" else {field: large[field]}))
+    model = make_vit("plain")
+    x = images(2)
+    theirs = official_vit_reference(model, x, stab).sum(1)
+    ours = explain(model, x, method="attnlrp", rules="official_vit", stabilizers=stab).semantic
+    exact = explain(model, x, method="attnlrp", rules="official_vit", stabilizers="none").semantic
+    scale = theirs.abs().max()
+    assert (ours - theirs).abs().max() < 1e-10 * scale
+    assert (exact - theirs).abs().max() > 1e-4 * scale, "the stabiliser must matter (non-trivial test)"

@@ -8,16 +8,20 @@ epsilon rule (eps -> 0) for every linear map (projections, heads, norms with a c
 centring, residual sums, the sum ``x*cos + rot(x)*sin``), identity rule for elementwise nonlinearities (SiLU, GELU,
 soft-capping), uniform rule for products (gate * up; ``x*cos`` and ``rot(x)*sin`` with cos/sin as sinks, paper
 Eq. 10), the uniform-epsilon rule for both attention matmuls and the softmax rule. None of the twin's code is used.
+
+``stab`` (a :class:`~palrp_bench.lrp.stabilizers.Stabilizers`, data only) puts the stabiliser ``eps`` of each place
+into the denominators ``z + eps`` of those rules (default: all 0, the exact rules).
 """
 import torch
 
+from palrp_bench.lrp.stabilizers import NONE
 from palrp_bench.models.decoder import DecoderSpec, layer_windows, spec_for
 from reference import explicit_lrp as ref
 
 
-def _eps_share(parts, total, R_total):
-    """Epsilon rule on a sum ``total = sum(parts)``: part ``p`` receives ``p / total * R_total``."""
-    return [p / total * R_total for p in parts]
+def _eps_share(parts, total, R_total, eps=0.0):
+    """Epsilon rule on a sum ``total = sum(parts)``: part ``p`` receives ``p / (total + eps) * R_total``."""
+    return [p / (total + eps) * R_total for p in parts]
 
 
 class _Norm:
@@ -43,8 +47,8 @@ class _Norm:
         if self.bias is not None:
             self.y = self.y + self.bias
 
-    def relevance(self, R_y):
-        return torch.stack([ref.linear_epsilon(self.x[t:t + 1], m, self.bias, R_y[t:t + 1])[0]
+    def relevance(self, R_y, eps=0.0):
+        return torch.stack([ref.linear_epsilon(self.x[t:t + 1], m, self.bias, R_y[t:t + 1], eps)[0]
                             for t, m in enumerate(self.maps)])
 
 
@@ -75,11 +79,11 @@ def _rope(x, cos, sin):
     return torch.cat((p1 + p2, x_pass), -1), (p1, p2, r)
 
 
-def _rope_relevance(saved, R_out, sinks):
+def _rope_relevance(saved, R_out, sinks, eps=0.0):
     """Epsilon on ``p1 + p2``, uniform rule on each product (cos/sin get half when they are sinks, else nothing),
     the signed permutation ``rotate_half`` passes relevance back to the element it moved."""
     p1, p2, r = saved
-    R_p1, R_p2 = _eps_share([p1, p2], p1 + p2, R_out[..., :r])
+    R_p1, R_p2 = _eps_share([p1, p2], p1 + p2, R_out[..., :r], eps)
     share = 0.5 if sinks else 1.0
     R_x_cos, R_rot = share * R_p1, share * R_p2
     half = r // 2
@@ -90,10 +94,10 @@ def _rope_relevance(saved, R_out, sinks):
 
 
 @torch.no_grad()
-def explicit_relevance(model, ids, *, sinks: bool, target=None):
+def explicit_relevance(model, ids, *, sinks: bool, target=None, stab=NONE):
     """AttnLRP relevance of a one-layer model for one sequence ``ids`` ``[T]``: ``{"embeds": [T, D], "cos": [T, r],
     "sin": [T, r], "logit": float, "target": int}`` (cos/sin relevance summed over heads and the q and k sides;
-    zero when ``sinks`` is False, i.e. cos/sin are constants as in AttnLRP)."""
+    zero when ``sinks`` is False, i.e. cos/sin are constants as in AttnLRP). ``stab``: module docstring."""
     spec = spec_for(model)
     config = model.config.get_text_config()
     base = model
@@ -188,39 +192,41 @@ def explicit_relevance(model, ids, *, sinks: bool, target=None):
     R_z = logits[:, target:target + 1]  # starting relevance: the logit itself; identity rule through the cap
     row = slice(target, target + 1)  # the other logits carry no relevance (and a tied pad row may be exactly 0)
     R_x2 = torch.zeros_like(x2)
-    R_x2[-1:] = n_final.relevance(ref.linear_epsilon(n_final.y, W_h[row], None if b_h is None else b_h[row], R_z))
+    R_n = ref.linear_epsilon(n_final.y, W_h[row], None if b_h is None else b_h[row], R_z, stab.linear)
+    R_x2[-1:] = n_final.relevance(R_n, stab.final_norm)
     if parallel:
-        R_m, R_a, R_x0 = _eps_share([m, a, x0], x2, R_x2)
+        R_m, R_a, R_x0 = _eps_share([m, a, x0], x2, R_x2, stab.add)
     else:
-        R_x1, R_m = _eps_share([x1, m], x2, R_x2)
+        R_x1, R_m = _eps_share([x1, m], x2, R_x2, stab.add)
     if n_mlp_out is not None:
-        R_m = n_mlp_out.relevance(R_m)
+        R_m = n_mlp_out.relevance(R_m, stab.norm)
     if spec.mlp == "plain":
-        R_f = ref.linear_epsilon(f, W_d, b_d, R_m)
-        R_hm = ref.linear_epsilon(hm, W_u, b_u, R_f)  # identity rule on the activation
+        R_f = ref.linear_epsilon(f, W_d, b_d, R_m, stab.linear)
+        R_hm = ref.linear_epsilon(hm, W_u, b_u, R_f, stab.linear)  # identity rule on the activation
     else:
-        R_fu = ref.linear_epsilon(f * u, W_d, b_d, R_m)
+        R_fu = ref.linear_epsilon(f * u, W_d, b_d, R_m, stab.linear)
         R_f, R_u = ref.product_uniform(f, u, R_fu)
-        R_hm = ref.linear_epsilon(hm, W_g, b_g, R_f) + ref.linear_epsilon(hm, W_u, b_u, R_u)
-    R_mlp_input = n_mlp.relevance(R_hm)
+        R_hm = ref.linear_epsilon(hm, W_g, b_g, R_f, stab.linear) + ref.linear_epsilon(hm, W_u, b_u, R_u, stab.linear)
+    R_mlp_input = n_mlp.relevance(R_hm, stab.norm)
     if parallel:
         R_x0 = R_x0 + R_mlp_input
     else:
         R_x1 = R_x1 + R_mlp_input
-        R_x0, R_a = _eps_share([x0, a], x1, R_x1)
+        R_x0, R_a = _eps_share([x0, a], x1, R_x1, stab.add)
     if n_attn_out is not None:
-        R_a = n_attn_out.relevance(R_a)
-    R_o = ref.linear_epsilon(o, W_o, b_o, R_a).view(T, n_heads, hd).transpose(0, 1)
-    R_q_rot, R_k_rep, R_v_rep, _ = ref.attention_attnlrp(q_rot, k_rep, v_rep, attn.scaling, R_o, valid, cap=cap)
+        R_a = n_attn_out.relevance(R_a, stab.norm)
+    R_o = ref.linear_epsilon(o, W_o, b_o, R_a, stab.linear).view(T, n_heads, hd).transpose(0, 1)
+    R_q_rot, R_k_rep, R_v_rep, _ = ref.attention_attnlrp(q_rot, k_rep, v_rep, attn.scaling, R_o, valid, cap=cap,
+                                                         qk_eps=stab.qk, mask_eps=stab.add, av_eps=stab.av)
     R_k_rot = R_k_rep.view(-1, rep, T, hd).sum(1)  # a shared k/v head collects from the query heads using it
     R_v = R_v_rep.view(-1, rep, T, hd).sum(1)
-    R_q, R_cos_q, R_sin_q = _rope_relevance(q_saved, R_q_rot, sinks)
-    R_k, R_cos_k, R_sin_k = _rope_relevance(k_saved, R_k_rot, sinks)
+    R_q, R_cos_q, R_sin_q = _rope_relevance(q_saved, R_q_rot, sinks, stab.add)
+    R_k, R_cos_k, R_sin_k = _rope_relevance(k_saved, R_k_rot, sinks, stab.add)
     if norms_qk is not None:
-        R_q, R_k = (nm.relevance(R.reshape(-1, hd)).view(R.shape) for nm, R in zip(norms_qk, (R_q, R_k)))
-    R_h = sum(ref.linear_epsilon(h, W, b, R.transpose(0, 1).reshape(T, -1))
+        R_q, R_k = (nm.relevance(R.reshape(-1, hd), stab.norm).view(R.shape) for nm, R in zip(norms_qk, (R_q, R_k)))
+    R_h = sum(ref.linear_epsilon(h, W, b, R.transpose(0, 1).reshape(T, -1), stab.linear)
               for (W, b, _), R in zip(lin_qkv, (R_q, R_k, R_v)))
-    R_x0 = R_x0 + n_attn.relevance(R_h)
+    R_x0 = R_x0 + n_attn.relevance(R_h, stab.norm)
     return {"embeds": R_x0, "cos": R_cos_q + R_cos_k, "sin": R_sin_q + R_sin_k, "logit": float(logits[0, target]),
             "target": target}
 
