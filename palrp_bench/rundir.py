@@ -25,13 +25,15 @@ METRICS_JSON = "metrics.json"
 MANIFEST_JSON = "manifest.json"
 
 #: columns identifying one reproduced cell (one method of one model on one task under one protocol); ``tie_break``
-#: is the pixel-perturbation tie-break (``topk`` / ``random``), empty for cells without pixel perturbation
+#: is the pixel-perturbation tie-break (``topk`` / ``random``), empty for cells without pixel perturbation;
+#: ``stabilizers`` the epsilon-rule stabilisers the explanations used (``official`` / ``none``; ``none`` for the
+#: families and methods without an official set, empty for cells that explain nothing)
 CELL_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
-                "aggregation", "method"]
+                "stabilizers", "aggregation", "method"]
 
 #: ``results.csv``: one row per (run, sample_id, method, metric, variant, step) with its value
 RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
-                  "rules", "aggregation", "method", "sample_id", "metric", "variant", "step", "value"]
+                  "stabilizers", "rules", "aggregation", "method", "sample_id", "metric", "variant", "step", "value"]
 
 #: ``metrics.csv``: one row per (cell, table metric, variant): the table number, its confidence interval, the
 #: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)

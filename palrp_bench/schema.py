@@ -230,6 +230,9 @@ class PalrpConfig:
     #: pixel-perturbation tie-break among equal map values (``topk`` | ``random``); None = the protocol's default
     #: (``official`` -> ``topk``, ``corrected`` -> ``random``; palrp_bench/metrics/perturbation.py)
     tie_break: Optional[str] = None
+    #: epsilon-rule stabilisers of the LRP rules (``official`` | ``none``); None = the protocol's default
+    #: (``official`` -> ``official``, ``corrected`` -> ``none``; palrp_bench/lrp/stabilizers.py)
+    stabilizers: Optional[str] = None
     seed: int = 0
     #: a single cell or a filter: set by ``model=...``, ``task=...``, ``method=...``, ``metric=...``
     model: Optional[ModelConfig] = None

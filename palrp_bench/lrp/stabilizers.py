@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields
 from ..errors import BadInputError
 
 __all__ = ["Stabilizers", "NONE", "OFFICIAL_NLP", "OFFICIAL_VISION", "CHOICES", "PROTOCOL_DEFAULTS",
-           "resolve_stabilizers"]
+           "check_stabilizers", "default_stabilizers", "resolve_stabilizers"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,19 @@ CHOICES = ("official", "none")
 PROTOCOL_DEFAULTS = {"official": "official", "corrected": "none"}
 
 
+def check_stabilizers(choice: str | None) -> str | None:
+    """A stabiliser name (``official`` / ``none``) or None, else a one-line :class:`BadInputError`."""
+    if choice is not None and choice not in CHOICES:
+        raise BadInputError(f"unknown stabilizers {choice!r}", f"use one of: {', '.join(CHOICES)}")
+    return choice
+
+
+def default_stabilizers(choice: str | None, protocol: str) -> str:
+    """The requested stabiliser name: ``choice``, or the protocol's default when None. Families without an official
+    set then use :data:`NONE` anyway (:func:`resolve_stabilizers`)."""
+    return check_stabilizers(choice) or PROTOCOL_DEFAULTS[protocol]
+
+
 def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers | None,
                         model: str = "this model", families: str = "") -> Stabilizers:
     """The stabilisers of one explanation: ``None`` -> the protocol's default; ``"official"`` -> ``official`` (the
@@ -109,12 +122,10 @@ def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, offi
         resolved = choice
     elif choice == "none":
         return NONE
-    elif choice == "official":
+    elif check_stabilizers(choice) == "official":
         if official is None and not explicit:
             return NONE
         resolved = official
-    else:
-        raise BadInputError(f"unknown stabilizers {choice!r}", f"use one of: {', '.join(CHOICES)}")
     if official is None and (resolved is None or resolved.active):
         name = choice if isinstance(choice, str) else choice.name
         raise BadInputError(f"stabilizers={name!r} has no counterpart for {model}: the official code's stabilisers "

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import catalog
 from ..errors import BadInputError
+from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..rundir import cell_directory
 from ..schema import ModelConfig, TaskConfig
 from .batching import check_batch_size
@@ -52,6 +53,13 @@ class Cell:
     seed: int
     #: the pixel-perturbation tie-break, resolved (``topk`` / ``random``); None for tasks without pixel perturbation
     tie_break: str | None = None
+    #: the epsilon-rule stabilisers asked for (``official`` / ``none``); None = the protocol's default
+    stabilizers: str | None = None
+
+    @property
+    def stabilizer_choice(self) -> str:
+        """The stabilisers the cell asks for, with the protocol's default filled in (``official`` / ``none``)."""
+        return default_stabilizers(self.stabilizers, self.protocol)
 
     @property
     def key(self) -> str:
@@ -66,7 +74,8 @@ class Cell:
 
         return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
                           protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
-                          forward_batch_size=forward_batch_size, tie_break=self.tie_break, seed=self.seed)
+                          forward_batch_size=forward_batch_size, tie_break=self.tie_break,
+                          stabilizers=self.stabilizers, seed=self.seed)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
@@ -85,7 +94,8 @@ class Cell:
                 task.pop(key, None)
         task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
         settings = {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
-                    "aggregation": self.aggregation, "rules": self.rules, "seed": self.seed}
+                    "aggregation": self.aggregation, "rules": self.rules, "stabilizers": self.stabilizer_choice,
+                    "seed": self.seed}
         if self.tie_break is not None:  # only cells with pixel perturbation (other cells keep their fingerprint)
             settings["tie_break"] = self.tie_break
         method = get_method(self.method)
@@ -104,6 +114,7 @@ class Cell:
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
                 "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
+                "stabilizers": self.stabilizer_choice,
                 "aggregation": self.aggregation, "rules": self.rules,
                 "fingerprint": self.fingerprint(), "settings": self.settings()}
 
@@ -156,6 +167,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     metric_choice = cfg.metric.name if cfg.get("metric") is not None else None
     protocol = cfg.protocol.value if isinstance(cfg.protocol, Enum) else str(cfg.protocol)
     tie_break = resolve_tie_break(cfg.get("tie_break"), protocol)
+    stabilizers = check_stabilizers(cfg.get("stabilizers"))
     if cfg.rules is not None:
         from ..lrp.composites import get_composite
 
@@ -214,7 +226,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
-                    rules=cfg.rules, seed=int(cfg.seed),
+                    rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers,
                     tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
         if cell.key in seen:
             continue

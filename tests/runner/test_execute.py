@@ -58,8 +58,18 @@ def test_resume_computes_only_missing_samples(tmp_path):
 
 def test_resume_with_other_settings_is_refused(tmp_path):
     _run(tmp_path, "runner.max_samples=3")
-    with pytest.raises(BadInputError, match=r"other settings \(changed: protocol\)"):
+    # the protocol also changes its default stabilizers (official -> none)
+    with pytest.raises(BadInputError, match=r"other settings \(changed: protocol, stabilizers\)"):
         _run(tmp_path, "protocol=corrected")
+    with pytest.raises(BadInputError, match=r"other settings \(changed: stabilizers\)"):
+        _run(tmp_path, "stabilizers=none")
+    _run(tmp_path, "stabilizers=official")  # the protocol's default spelled out: the same settings
+
+
+def test_unknown_stabilizers_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(BadInputError, match="unknown stabilizers 'exact' -- use one of: official, none"):
+        _run(tmp_path, "stabilizers=exact")
+    assert not (tmp_path / "cells").exists()
 
 
 def test_nonfinite_relevance_is_recorded_and_counted_not_fatal(tmp_path):

@@ -23,6 +23,7 @@ def test_one_shard_and_three_shards_give_the_same_per_sample_values(tmp_path, mo
                  "runner.forward_batch_size=5")
     assert sorted(one.sample_id.unique()) == sorted(three.sample_id.unique())
     assert one.sample_id.nunique() >= 5 and {"ac", "mse"} <= set(one.metric)
+    assert set(one.stabilizers) == set(three.stabilizers) == {"official"}  # protocol=official's default, recorded
     a, b = per_sample_values(one), per_sample_values(three)
     assert a.index.equals(b.index)
     # AC in [0, 1] and MSE of logits: equal to float32 rounding of differently batched forwards

@@ -62,12 +62,14 @@ def test_corrected_random_tie_break_is_shard_and_batch_invariant(one_shard, tmp_
 def test_the_tie_break_is_recorded_in_every_row_and_in_the_cell(one_shard):
     run_dir, df, _ = one_shard
     assert set(df["tie_break"]) == {"random"} and set(df["protocol"]) == {"corrected"}
+    assert set(df["stabilizers"]) == {"none"}  # protocol=corrected's default, as the explanations used it
     metrics = pd.read_csv(run_dir / "metrics.csv", dtype={"variant": str})
-    assert set(metrics["tie_break"]) == {"random"}
+    assert set(metrics["tie_break"]) == {"random"} and set(metrics["stabilizers"]) == {"none"}
     shares = metrics[metrics.metric == "tied_pixel_share"].set_index("variant")["value"]
     assert set(shares.index) == {"predicted", "target"} and all(0 < v <= 1 for v in shares)
     cell = json.loads((run_dir / f"cells/tiny_vit/synthetic_shapes/{METHOD}/cell.json").read_text())
     assert cell["tie_break"] == "random" and cell["settings"]["tie_break"] == "random"
+    assert cell["stabilizers"] == cell["settings"]["stabilizers"] == "none"
 
 
 def test_resuming_with_another_tie_break_is_refused(one_shard):

@@ -27,8 +27,9 @@ class ModelBundle:
 class JobContext:
     """Everything an adapter needs besides the model and the samples: the cell's task config and settings, the
     metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device,
-    the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default) and
-    the run seed (seeds per-sample randomness together with the sample id)."""
+    the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default), the
+    epsilon-rule stabilisers asked for (None = the protocol's default) and the run seed (seeds per-sample
+    randomness together with the sample id)."""
 
     task: Any
     method: str
@@ -40,6 +41,7 @@ class JobContext:
     cache: Any = None
     forward_batch_size: int = 64
     tie_break: str | None = None
+    stabilizers: str | None = None
     seed: int = 0
 
     @property
@@ -53,9 +55,10 @@ class JobContext:
 
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
-        protocol, the task's hyperparameters for it and the rows per forward of multi-pass methods."""
+        protocol, stabilisers, the task's hyperparameters for it and the rows per forward of multi-pass methods."""
         return {"method": self.method, "aggregation": self.aggregation, "rules": self.rules,
-                "protocol": self.protocol, "params": self.method_params, "batch_size": self.forward_batch_size}
+                "protocol": self.protocol, "stabilizers": self.stabilizers, "params": self.method_params,
+                "batch_size": self.forward_batch_size}
 
 
 @dataclass

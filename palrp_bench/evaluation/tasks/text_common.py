@@ -37,7 +37,7 @@ from .base import JobContext, SampleResult, nonfinite_result
 __all__ = ["TextAdapter"]
 
 #: what a cached explanation must hold to be reused instead of recomputed
-_CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation"}
+_CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation", "stabilizers"}
 
 
 def _n_real(sample: TextSample) -> int:
@@ -114,7 +114,8 @@ class TextAdapter:
             scores = torch.zeros(ids.shape, dtype=torch.float32)
             for j, c in enumerate(cached):
                 scores[j, :len(c["scores"])] = torch.from_numpy(c["scores"])
-            infos = [{"rules": str(c["rules"]), "aggregation": str(c["aggregation"]), "logit": float(c["logit"]),
+            infos = [{"rules": str(c["rules"]), "aggregation": str(c["aggregation"]),
+                      "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
                       "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
             return scores, infos, [None] * len(batch)
         real_ids, real_mask = _batch(batch, _pad_id(bundle), real_only=True)
@@ -125,7 +126,8 @@ class TextAdapter:
         for j, sample in enumerate(batch):
             n_real = _n_real(sample)
             scores[j, :n_real] = rel.scores[j, :n_real].detach().float()
-            infos.append({"rules": rel.rules, "aggregation": rel.aggregation, "logit": float(rel.logit[j]),
+            infos.append({"rules": rel.rules, "aggregation": rel.aggregation,
+                          "stabilizers": rel.extras["stabilizers"], "logit": float(rel.logit[j]),
                           "explained": int(rel.target[j]), "n_tokens": n_real,
                           "forward_passes": int(rel.extras["forward_passes"][j])})
             tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
@@ -135,7 +137,8 @@ class TextAdapter:
                            "positional": rel.positional[j, ..., :n_real].float().numpy(),
                            "tokens": np.asarray([str(t) for t in tokens]),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
-                           "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation)})
+                           "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
+                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
         return scores, infos, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=("nlp_perturbation",)) -> list[SampleResult]:

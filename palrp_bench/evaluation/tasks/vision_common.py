@@ -45,8 +45,10 @@ __all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
 
 SEGMENTATION_THRESHOLD = "mean"
 #: what a cached explanation must hold to be reused (plus ``scores_target`` for the target-class curves)
-_CACHE_KEYS = {"scores", "explained", "logit", "rules", "aggregation", "semantic_total", "positional_total",
-               "semantic_total_incl_prefix", "positional_total_incl_prefix"}
+_CACHE_KEYS = {"scores", "explained", "logit", "rules", "aggregation", "stabilizers", "semantic_total",
+               "positional_total", "semantic_total_incl_prefix", "positional_total_incl_prefix"}
+#: the cached names (one per batch), not arrays
+_NAME_KEYS = ("rules", "aggregation", "stabilizers")
 
 
 @dataclass
@@ -102,8 +104,8 @@ class VisionAdapter:
         needed = _CACHE_KEYS | ({"scores_signed"} if with_signed else set())
         if have(needed):
             batch = {k: torch.stack([torch.as_tensor(c[k]) for c in cached])
-                     for k in needed - {"rules", "aggregation"}}
-            batch["rules"], batch["aggregation"] = str(cached[0]["rules"]), str(cached[0]["aggregation"])
+                     for k in needed - set(_NAME_KEYS)}
+            batch.update({k: str(cached[0][k]) for k in _NAME_KEYS})
             arrays = [None] * len(samples)
         else:
             pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
@@ -113,7 +115,7 @@ class VisionAdapter:
                      "semantic_total": ex["semantic_total"], "positional_total": ex["positional_total"],
                      "semantic_total_incl_prefix": ex["semantic_total_incl_prefix"],
                      "positional_total_incl_prefix": ex["positional_total_incl_prefix"],
-                     "rules": rel.rules, "aggregation": rel.aggregation}
+                     "rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": ex["stabilizers"]}
             if with_signed:  # only when a metric needs it: it would double the cached maps otherwise
                 batch["scores_signed"] = ex["scores_signed"].float()
             batch["forward_passes"] = ex["forward_passes"]
@@ -149,7 +151,7 @@ class VisionAdapter:
         checked = [ex["scores"]] + ([ex["scores_target"]] if with_target else [])
         finite = torch.stack([torch.isfinite(t.float()).flatten(1).all(1) for t in checked]).all(0)
         finite &= torch.isfinite(ex["positional_total"].float()) & torch.isfinite(ex["semantic_total"].float())
-        infos = [{"rules": ex["rules"], "aggregation": ex["aggregation"], "explained": int(ex["explained"][i]),
+        infos = [{**{k: ex[k] for k in _NAME_KEYS}, "explained": int(ex["explained"][i]),
                   "logit": float(ex["logit"][i])} for i in range(len(samples))]
         if "forward_passes" in ex:  # the cost of a fresh explanation (not known for cached ones)
             for i, info in enumerate(infos):
