@@ -115,13 +115,14 @@ class RssSampler(threading.Thread):
 
 
 FORWARD_BATCH = {"rows": None}  # rows per forward of multi-pass baselines (--forward-batch)
+STABILIZERS = {"choice": None}  # epsilon-rule stabilisers (--stabilizers; None = the protocol's default, official)
 
 
 def time_once(model, ids, method, device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"])
+    explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"], stabilizers=STABILIZERS["choice"])
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1000
@@ -136,12 +137,12 @@ def peak_memory_mb(args, length, method) -> float:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"])
+        explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"], stabilizers=STABILIZERS["choice"])
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
            "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device, "--family", args.family,
-           "--forward-batch", str(args.forward_batch)]
+           "--forward-batch", str(args.forward_batch)] + (["--stabilizers", args.stabilizers] if args.stabilizers else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return float(out)
 
@@ -175,9 +176,12 @@ def main(argv=None):
     ap.add_argument("--family", nargs="+", default=["llama"], choices=[*FAMILIES, "all"],
                     help="decoder families to measure (random causal LMs with the preset's sizes)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
+    ap.add_argument("--stabilizers", choices=["official", "none"], default=None,
+                    help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official)")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     FORWARD_BATCH["rows"] = args.forward_batch
+    STABILIZERS["choice"] = args.stabilizers
     methods = tuple(args.methods)
     reference = "grad_x_input" if "grad_x_input" in methods else methods[0]
     if args.threads:
@@ -195,13 +199,14 @@ def main(argv=None):
         base = current_rss_mb()
         sampler = RssSampler()
         sampler.start()
-        explain(model, ids, method=args.memory_probe)
+        explain(model, ids, method=args.memory_probe, stabilizers=args.stabilizers)
         print(sampler.stop() - base)
         return
     sizes = PRESETS[args.preset]
     print(f"# preset={args.preset} layers={sizes['num_hidden_layers']} hidden={sizes['hidden_size']} "
           f"dtype={args.dtype} device={device} batch={args.batch} threads={torch.get_num_threads()} "
-          f"torch={torch.__version__} transformers={transformers.__version__}")
+          f"torch={torch.__version__} transformers={transformers.__version__} "
+          f"stabilizers={args.stabilizers or 'official (default)'}")
     print(f"| family | length | method | ms / attribution | ratio vs {reference} | peak mem (MiB) |")
     print("|---|---:|---|---:|---:|---:|")
     for family in families:
