@@ -1,4 +1,5 @@
-"""Crash-safe file writes: nothing a killed job leaves behind is ever half a file (DESIGN.md "Resume")."""
+"""Crash-safe file writes: nothing a killed job leaves behind is ever half a file (docs/design.md section 6,
+"Resume")."""
 from __future__ import annotations
 
 import json

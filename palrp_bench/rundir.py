@@ -1,6 +1,7 @@
 """What a run directory holds: file names, the columns of its tables and the vocabulary of its rows.
 
-DESIGN.md "Tidy CSV" as one typed schema (in the spirit of lm-evaluation-harness's results schema): the runner
+docs/design.md section 6, "Tidy CSV" as one typed schema (in the spirit of lm-evaluation-harness's results schema):
+the runner
 writes these files, the report reads them, and neither needs the other's code.
 
 ```

@@ -6,7 +6,7 @@ key (``runner.batchsize=4``) or a wrong type (``runner.batch_size=abc``) or a va
 the allowed values. The same dataclasses validate the group files the runner loads by name when an experiment
 lists several models / tasks / methods (:mod:`palrp_bench.catalog`).
 
-DESIGN.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> ...
+docs/architecture.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> ...
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Mode(Enum):
 
 
 class Aggregation(Enum):
-    """PROTOCOL.md section 1: the official token aggregation or the paper's Eq. 11."""
+    """docs/protocol.md section 1: the official token aggregation or the paper's Eq. 11."""
 
     official = "official"
     eq11 = "eq11"
@@ -58,7 +58,7 @@ class ModelKind(Enum):
 
 
 class Selection(Enum):
-    """Which dataset samples are evaluated (PROTOCOL.md section 2).
+    """Which dataset samples are evaluated (docs/protocol.md section 2).
 
     * ``all``: every sample of the pool (up to ``select_count`` if set).
     * ``correct_only``: only correctly predicted samples, the first ``select_count`` of them (MCQA).
@@ -126,7 +126,7 @@ class TaskConfig:
     #: the published task this one is compared with in reports (e.g. ``mcqa_noncausal`` -> ``mcqa``)
     paper_task: Optional[str] = None
     #: causal attention (the default, correct). ``false`` reproduces the official code's known defect for ARC /
-    #: Wikipedia, whose attention was bidirectional (PROTOCOL.md section 2; the ``*_noncausal`` tasks)
+    #: Wikipedia, whose attention was bidirectional (docs/protocol.md section 2; the ``*_noncausal`` tasks)
     causal: bool = True
     #: extra keyword arguments of the dataset loader / the self-test computation
     options: Dict[str, Any] = field(default_factory=dict)
@@ -178,7 +178,7 @@ class ExperimentConfig:
 
 @dataclass
 class RunnerConfig:
-    """How jobs are executed (DESIGN.md "Sharding")."""
+    """How jobs are executed (docs/design.md section 6, "Sharding")."""
 
     #: ``[auto]`` (all visible CUDA devices, else the CPU), ``[cpu]``, ``[cuda]`` (all GPUs), ``[0, 1]`` or
     #: ``[cuda:0, cuda:1]``; one worker process per entry when there are several (``[cpu, cpu]`` works too)

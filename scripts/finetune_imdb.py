@@ -1,4 +1,4 @@
-"""Finetune a LLaMA IMDB classifier with the official PA-LRP recipe (PROTOCOL.md section 2, Tables 1-2).
+"""Finetune a LLaMA IMDB classifier with the official PA-LRP recipe (docs/protocol.md section 2, Tables 1-2).
 
 No finetuned weights were released, so Tables 1-2 need this step. The recipe (official ``NLP/main_imdb.py`` with
 ``--num-warmup-steps 5 --lr 5e-4``, README: "converge to 92% accuracy within ~10 epochs"):
@@ -68,7 +68,7 @@ STATE_FILE = "training_state.pt"
 
 @dataclass(frozen=True)
 class Recipe:
-    """The official finetuning hyper-parameters (PROTOCOL.md section 2)."""
+    """The official finetuning hyper-parameters (docs/protocol.md section 2)."""
 
     lr: float = 5e-4
     betas: tuple[float, float] = (0.9, 0.999)

@@ -1,4 +1,4 @@
-"""Where to get ImageNet-segmentation (``gtsegs_ijcv.mat``, PROTOCOL.md section 4) and whether a local copy is
+"""Where to get ImageNet-segmentation (``gtsegs_ijcv.mat``, docs/protocol.md section 4) and whether a local copy is
 sound. This script never downloads anything: it prints the command to run yourself, then checks the file.
 
 Checks: MATLAB v7.3 / HDF5 structure (``value/img``, ``value/gt`` object references), 4276 entries, every

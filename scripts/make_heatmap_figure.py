@@ -1,7 +1,7 @@
 """Render image | AttnLRP | PE only | PA-LRP heatmaps side by side for a few images (paper Fig. 1 style).
 
 Works with any ViT the DeiT twin supports (timm ``VisionTransformer`` / DeiT, incl. distilled) and any images.
-Maps follow PROTOCOL.md section 1 (ReLU'd pixel maps; PE only and PA-LRP paint the per-patch positional relevance
+Maps follow docs/protocol.md section 1 (ReLU'd pixel maps; PE only and PA-LRP paint the per-patch positional relevance
 over each patch) and share one scale per image (the largest value of any method), for display only.
 
 Usage::
@@ -19,7 +19,7 @@ Usage::
 instead (the maps then only show that the pipeline runs). ``--images`` takes a folder of image files, or a ``.pt``
 tensor ``[N, 3, H, W]`` with raw pixels in [0, 1]; without it the embedded synthetic test images are used (the first
 ``--n``, or the indices given by ``--samples``). Images
-are resized to the model's input size (no crop, PROTOCOL.md section 3) and normalised with the model's mean/std.
+are resized to the model's input size (no crop, docs/protocol.md section 3) and normalised with the model's mean/std.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Reference outputs of the OFFICIAL PA-LRP code (commit 51eb418) for the vision perturbation protocol (Table 4).
 
-Purpose: give palrp-bench's tests data that only the official code produced (PROTOCOL.md section 3), on the
+Purpose: give palrp-bench's tests data that only the official code produced (docs/protocol.md section 3), on the
 tiny official-code ViT of ``tests/data/official/vision`` (``deit_d2.pth``, ``images_raw.pt``):
 
 Four samples: fixture images 0 and 1, each once with the predicted class as target (target curve starts at 1)
@@ -104,7 +104,7 @@ OFFICIAL_BLOBS = {
     "modules/layers_ours.py": "a61cac492f74a4d63913664d66ed36bf029f3778",
     "modules/layers_patch_embed.py": "5130428193d6da7381dfd882b55cfc6444505c74",
 }
-#: palrp-bench row -> official ``--method`` (the names analyze_pert_results.py runs; PROTOCOL.md section 1).
+#: palrp-bench row -> official ``--method`` (the names analyze_pert_results.py runs; docs/protocol.md section 1).
 METHODS = {
     "attnlrp": "full_lrp_GammaLinear_gammaConv",
     "pa_lrp": "full_lrp_GammaLinear_POS_ENC_gammaConv",

@@ -2,7 +2,7 @@
 """Reference AttnLRP relevance from upstream ``lxt`` (LRP-eXplains-Transformers 2.1) on tiny random Transformers.
 
 Purpose: show that ``palrp_bench.explain(model, ids, method="attnlrp")`` agrees with AttnLRP *as its authors
-implement it* (PROTOCOL.md section 1, row "AttnLRP"; DESIGN.md first table). The comparison itself runs in the
+implement it* (docs/protocol.md section 1, row "AttnLRP"; docs/design.md section 2). The comparison itself runs in the
 main venv (tests/methods/test_lxt_agreement.py); this script only produces the saved reference outputs
 (tests/data/reference_lxt/lxt_attnlrp.npz).
 

@@ -50,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GIB = 1024 ** 3
 
-#: samples each paper table evaluates per cell (PROTOCOL.md section 2-4); IMDB: up to the 1000th correct of a
+#: samples each paper table evaluates per cell (docs/protocol.md section 2-4); IMDB: up to the 1000th correct of a
 #: ~93 % accurate classifier
 PAPER_SAMPLES = {"imdb": 1075, "mcqa": 1000, "wikipedia": 2500, "imagenet": 5000, "imagenet_seg": 4276}
 #: cells of each table: (experiment, model config, task config, number of methods)

@@ -81,7 +81,7 @@ def init_pos_embed_sincos(model: torch.nn.Module) -> None:
 
 def blacken_random_pixels(images: torch.Tensor, max_fraction: float, generator: torch.Generator) -> torch.Tensor:
     """Set a random fraction ``U(0, max_fraction)`` of each image's pixels to black (0 in all channels): the
-    operation of the pixel-perturbation test (PROTOCOL.md section 3), so that blackened pixels later read as
+    operation of the pixel-perturbation test (docs/protocol.md section 3), so that blackened pixels later read as
     removed information rather than as inputs the model never saw."""
     n, _, h, w = images.shape
     fraction = torch.rand(n, 1, 1, 1, generator=generator) * max_fraction

@@ -1,4 +1,4 @@
-"""ARC-Easy multiple-choice QA for Table 3, left (PROTOCOL.md section 2, "MCQA").
+"""ARC-Easy multiple-choice QA for Table 3, left (docs/protocol.md section 2, "MCQA").
 
 Questions of ``allenai/ai2_arc`` config ``ARC-Easy``: the train split then the test split, keeping only answer
 keys ``A``-``D`` (numeric keys and ``E`` are dropped), each rendered with the official prompt::
@@ -32,7 +32,7 @@ from .registry import register_dataset
 
 HF_NAME = "allenai/ai2_arc"
 HF_CONFIG = "ARC-Easy"
-#: Splits used, in this order (PROTOCOL.md: train then test).
+#: Splits used, in this order (docs/protocol.md: train then test).
 ARC_SPLITS: tuple[str, ...] = ("train", "test")
 ANSWER_LETTERS: tuple[str, ...] = ("A", "B", "C", "D")
 #: The fixed parts of the official prompt around the question and its options.
@@ -91,7 +91,7 @@ def _records(path: str | Path | None) -> list[tuple[str, dict]]:
 
 
 def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> list[TextSample]:
-    """ARC-Easy questions with answer key A-D, train then test, as official MCQA prompts (PROTOCOL.md sec. 2).
+    """ARC-Easy questions with answer key A-D, train then test, as official MCQA prompts (docs/protocol.md section 2).
 
     ``path``: a folder with ``train-*.parquet`` and ``test-*.parquet`` (or ``.jsonl``), possibly inside an
     ``ARC-Easy/`` subfolder (the hub layout), a ``save_to_disk`` folder, or one file taken as the complete,
@@ -139,7 +139,7 @@ def predicted_letter(tokenizer: Any, token_id: int) -> str | None:
 
 def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[str | None],
                    limit: int = OFFICIAL_CORRECT_LIMIT) -> list[TextSample]:
-    """The first ``limit`` samples whose predicted letter equals ``meta["answer_letter"]`` (PROTOCOL.md sec. 2).
+    """The first ``limit`` samples whose predicted letter equals ``meta["answer_letter"]`` (docs/protocol.md section 2).
 
     ``predicted_letters`` is aligned with ``samples`` (use :func:`predicted_letter` on the arg-max token; None
     for "not an answer letter"). It may be a lazy iterable: it is consumed only until ``limit`` samples are

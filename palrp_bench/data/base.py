@@ -1,4 +1,5 @@
-"""Sample types shared by every dataset module (DESIGN.md "data/": every sample has a stable sample_id)."""
+"""Sample types shared by every dataset module (docs/architecture.md "Layers", data/: every sample has a stable
+sample_id)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

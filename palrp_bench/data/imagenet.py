@@ -1,4 +1,4 @@
-"""ImageNet-1k validation images for the vision perturbation protocol (PROTOCOL.md section 3, Table 4).
+"""ImageNet-1k validation images for the vision perturbation protocol (docs/protocol.md section 3, Table 4).
 
 Two local layouts are read (nothing is ever downloaded):
 
@@ -75,7 +75,7 @@ def _is_image(name: str) -> bool:
 def protocol_subset_indices(n_total: int, n_subset: int = PROTOCOL_SUBSET_SIZE,
                             seed: int = PROTOCOL_SUBSET_SEED) -> np.ndarray:
     """Dataset indices of the official subset: ``np.random.seed(seed); np.random.choice(n_total, n_subset,
-    replace=False)`` (PROTOCOL.md section 3), computed on a private ``RandomState`` in numpy's order."""
+    replace=False)`` (docs/protocol.md section 3), computed on a private ``RandomState`` in numpy's order."""
     if not 0 < n_subset <= n_total:
         raise BadInputError(f"cannot choose {n_subset} of {n_total} images",
                             f"pick a subset size between 1 and {n_total}")
@@ -285,7 +285,7 @@ def select_imagenet_val(listing: ValListing, subset: str | int = "protocol5000",
 
 def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", image_size: int = 224,
                       labels_file: str | Path | None = None) -> ImageNetVal:
-    """ImageNet validation images as a lazy dataset of :class:`ImageSample` (PROTOCOL.md section 3).
+    """ImageNet validation images as a lazy dataset of :class:`ImageSample` (docs/protocol.md section 3).
 
     ``root``: the folder holding ``val/`` or the ``val`` folder itself. ``subset``: ``"protocol5000"`` (the
     official seed-42 choice of 5000 of the 50000 images; needs the complete set), ``"all"`` (ImageFolder

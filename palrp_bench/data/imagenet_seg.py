@@ -1,4 +1,4 @@
-"""ImageNet-segmentation (Guillaumin et al., ``gtsegs_ijcv.mat``) for Table 5 (PROTOCOL.md section 4).
+"""ImageNet-segmentation (Guillaumin et al., ``gtsegs_ijcv.mat``) for Table 5 (docs/protocol.md section 4).
 
 The file is MATLAB v7.3, i.e. HDF5 (read with h5py). ``/value/img`` and ``/value/gt`` are ``[4276, 1]``
 arrays of object references (MATLAB cell arrays). ``img`` entry ``i`` points at a ``uint8`` array stored
@@ -129,7 +129,7 @@ class ImageNetSegmentation(torch.utils.data.Dataset):
 
 def load_imagenet_seg(path: str | Path, image_size: int = 224,
                       expected_count: int | None = IMAGENET_SEG_COUNT) -> ImageNetSegmentation:
-    """The ImageNet-segmentation set as a lazy dataset of :class:`ImageSample` (PROTOCOL.md section 4).
+    """The ImageNet-segmentation set as a lazy dataset of :class:`ImageSample` (docs/protocol.md section 4).
 
     ``expected_count``: the number of entries the file must hold (4276; ``None`` accepts any)."""
     return ImageNetSegmentation(path, image_size, expected_count)

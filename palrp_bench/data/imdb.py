@@ -1,4 +1,4 @@
-"""IMDB movie reviews for the sentiment task of Tables 1-2 (PROTOCOL.md section 2, "IMDB").
+"""IMDB movie reviews for the sentiment task of Tables 1-2 (docs/protocol.md section 2, "IMDB").
 
 Two sources:
 
@@ -178,7 +178,7 @@ def _tokenise(rows: list[_Row], tokenizer: Any, max_length: int, pad_to_max: boo
     pad_id = tokenizer.eos_token_id
     if pad_id is None:
         raise BadInputError(f"tokenizer {type(tokenizer).__name__} has no EOS token",
-                            "set tokenizer.eos_token (IMDB pads with EOS, PROTOCOL.md section 2)")
+                            "set tokenizer.eos_token (IMDB pads with EOS, docs/protocol.md section 2)")
     samples = []
     for row in tqdm(rows, desc=desc, disable=None if len(rows) > 200 else True):
         ids, truncated = encode_with_bos(tokenizer, row.text, max_length=max_length, what=row.sample_id)
@@ -203,7 +203,7 @@ def _ordered_rows(source: str, path: str | Path | None, split: str, frame=None) 
 def load_imdb(source: ImdbSource = "kaggle_csv", path: str | Path | None = None, split: str = "test",
               limit: int | None = OFFICIAL_LIMIT, *, tokenizer: Any, max_length: int = IMDB_MAX_LENGTH,
               pad_to_max: bool = True) -> list[TextSample]:
-    """The first ``limit`` IMDB rows of ``split`` in evaluation order, tokenised (PROTOCOL.md section 2).
+    """The first ``limit`` IMDB rows of ``split`` in evaluation order, tokenised (docs/protocol.md section 2).
 
     Defaults are the official evaluation set: Kaggle CSV, test part of the 70/30 split, first 5000 rows,
     right-padded to 512 with EOS. ``label`` is 0 for positive, 1 for negative. ``path``: the CSV (or its
@@ -224,7 +224,7 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
                 train_size: int = OFFICIAL_LIMIT, validation: Literal["train_holdout", "official_test"] =
                 "train_holdout", validation_size: int | None = None, max_length: int = IMDB_MAX_LENGTH,
                 pad_to_max: bool = True) -> ImdbSplits:
-    """Training and model-selection rows for finetuning an IMDB classifier (PROTOCOL.md section 2).
+    """Training and model-selection rows for finetuning an IMDB classifier (docs/protocol.md section 2).
 
     ``train``: the first ``train_size`` rows of the train part (official recipe: 5000). ``validation``:
 

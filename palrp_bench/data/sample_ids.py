@@ -1,4 +1,5 @@
-"""The stable hash of a sample id: what shards samples and seeds per-sample randomness (DESIGN.md "Sharding").
+"""The stable hash of a sample id: what shards samples and seeds per-sample randomness (docs/design.md section 6,
+"Sharding").
 
 The first 8 bytes of the BLAKE2b digest of the UTF-8 sample id, big-endian: the same on every machine, Python
 version and process (Python's ``hash()`` is salted per process and must never be used for this).

@@ -1,7 +1,7 @@
 """Embedded synthetic text suite and its shipped tiny LLaMA models (offline stand-ins for IMDB, ARC and Wikipedia).
 
 Two tasks over one word-level vocabulary, both decided by *which* tokens appear *and where* they appear, so
-positional relevance (PROTOCOL.md section 1, RoPE sinks) carries real signal:
+positional relevance (docs/protocol.md section 1, RoPE sinks) carries real signal:
 
 * **classification** (stand-in for IMDB, :func:`make_synthetic_classification`): a "review" of 12-24 filler
   words containing some trigger words (``superb``, ``brilliant``, ...) and look-alike decoys (``decent``,

@@ -13,7 +13,7 @@ shipped tiny ViT puts about a third of its relevance on the learned PE, docs/eva
 
 Only the object is saturated, so the object mask is the only place the class evidence lives, while the
 clutter gives the background edges and texture for explanations to be distracted by. That makes the suite
-meaningful for both PROTOCOL.md section 3 (blackening the most relevant pixels should destroy the prediction;
+meaningful for both docs/protocol.md section 3 (blackening the most relevant pixels should destroy the prediction;
 blackening the pixels that carry the object's position moves it to the other side) and section 4 (the object
 mask is an exact segmentation ground truth).
 

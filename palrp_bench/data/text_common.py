@@ -1,6 +1,6 @@
 """Helpers shared by the text loaders (IMDB, ARC-Easy, Wikipedia, the synthetic text suite).
 
-* Tokenising exactly as the official code did (PROTOCOL.md section 2): the tokenizer's own special tokens
+* Tokenising exactly as the official code did (docs/protocol.md section 2): the tokenizer's own special tokens
   (``add_special_tokens=True``, so BOS first for LLaMA tokenizers) and the tokenizer's own truncation to
   ``max_length`` *including* BOS; IMDB then right-pads with the EOS id (``pad = eos``).
 * Reading local copies of the datasets in their published formats (Hugging Face parquet shards, JSON lines,
@@ -53,7 +53,7 @@ def check_tokenizer(tokenizer: Any) -> None:
                             "pass e.g. AutoTokenizer.from_pretrained(<model>) or load_tiny_tokenizer()")
     if getattr(tokenizer, "bos_token_id", None) is None:
         raise BadInputError(f"tokenizer {type(tokenizer).__name__} has no BOS token",
-                            "set tokenizer.bos_token (PROTOCOL.md section 2 feeds BOS first)")
+                            "set tokenizer.bos_token (docs/protocol.md section 2 feeds BOS first)")
 
 
 def check_max_length(max_length: int | None, *, allow_none: bool = False) -> None:
@@ -69,7 +69,7 @@ def encode_with_bos(tokenizer: Any, text: str, *, max_length: int | None, what: 
 
     Uses the tokenizer's own special tokens and truncation (``tokenizer(text, add_special_tokens=True,
     truncation=True, max_length=max_length)``), as the official loaders did. A tokenizer that does not add BOS
-    by itself gets it prepended (PROTOCOL.md section 2: BOS is always part of the input). ``what`` names the
+    by itself gets it prepended (docs/protocol.md section 2: BOS is always part of the input). ``what`` names the
     sample in error messages.
     """
     if not isinstance(text, str) or not text.strip():
@@ -102,7 +102,7 @@ def attention_mask(sample: TextSample) -> list[int]:
 
 
 def check_unique_ids(samples: Iterable[TextSample], what: str) -> None:
-    """Sample ids drive sharding and resume (DESIGN.md): duplicates in a data file are an error."""
+    """Sample ids drive sharding and resume (docs/design.md): duplicates in a data file are an error."""
     seen: set[str] = set()
     for sample in samples:
         if sample.sample_id in seen:

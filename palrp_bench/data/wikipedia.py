@@ -1,4 +1,4 @@
-"""Wikipedia next-token prediction for Table 3, right (PROTOCOL.md section 2, "Next-token prediction").
+"""Wikipedia next-token prediction for Table 3, right (docs/protocol.md section 2, "Next-token prediction").
 
 The first 2500 articles of ``wikimedia/wikipedia`` config ``20231101.en`` (train split, dataset order), each
 tokenised with the tokenizer's special tokens (BOS first) and truncated by the tokenizer to 512 tokens

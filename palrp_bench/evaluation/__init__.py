@@ -1,6 +1,6 @@
 """Evaluation procedures: drive a model through perturbations and hand the outcomes to the metric functions.
 
-* :func:`nlp_perturbation_curves` -- generation / pruning curves of Tables 1-3 (PROTOCOL.md section 2);
+* :func:`nlp_perturbation_curves` -- generation / pruning curves of Tables 1-3 (docs/protocol.md section 2);
 * :func:`vision_perturbation_curves` -- positive / negative pixel perturbation of Table 4 (section 3);
 * :func:`segmentation_protocol` -- streaming maps and masks into the Table 5 metrics (section 4);
 * :mod:`.tasks` -- one adapter per task kind, used by the runner.

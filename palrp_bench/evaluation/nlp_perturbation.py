@@ -1,4 +1,4 @@
-"""NLP token-perturbation protocol of Tables 1-3: generation and pruning curves (PROTOCOL.md section 2).
+"""NLP token-perturbation protocol of Tables 1-3: generation and pruning curves (docs/protocol.md section 2).
 
 For every sample, fractions ``f = 0.0, 0.1, ..., 1.0`` (11 steps) of the ``N`` replaceable tokens are perturbed,
 ``n = ceil(f * N)``:
@@ -87,7 +87,7 @@ VARIANTS: tuple[str, str] = ("generation", "pruning")
 
 @dataclass(frozen=True)
 class PerturbationTask:
-    """Per-task rules of PROTOCOL.md section 2.
+    """Per-task rules of docs/protocol.md section 2.
 
     * ``head``: ``"classifier"`` (``LlamaForSequenceClassification``: logits ``[B, C]``) or ``"causal_lm"``
       (``LlamaForCausalLM``: next-token logits read at the last real position).
@@ -150,7 +150,7 @@ def resolve_settings(task: PerturbationTask, protocol: str, *, causal: bool = Tr
 
 
 def resolve_unk_id(unk_id: int | None = None, tokenizer=None) -> int:
-    """The UNK id used for perturbed tokens (PROTOCOL.md section 2).
+    """The UNK id used for perturbed tokens (docs/protocol.md section 2).
 
     ``unk_id`` wins when given; otherwise ``tokenizer.unk_token_id``; a tokenizer without one (LLaMA-3) uses the id
     of the token ``"#"`` via ``tokenizer.convert_tokens_to_ids("#")``, exactly as the official ARC / Wikipedia
@@ -392,7 +392,7 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
                             unk_id=None, protocol="official", *, predicted=None, causal=True,
                             exclude_padding=None, keep_bos=None, batch_size=None, tokenizer=None,
                             restore_id0_tokens=None, show_progress: bool = True) -> dict:
-    """Per-sample generation and pruning curves of PROTOCOL.md section 2 (Tables 1-3).
+    """Per-sample generation and pruning curves of docs/protocol.md section 2 (Tables 1-3).
 
     Args:
         model: Hugging Face model in eval mode: ``LlamaForSequenceClassification`` for ``task="imdb"``,

@@ -1,4 +1,4 @@
-"""Segmentation protocol driver (PROTOCOL.md section 4; paper Table 5): feeds maps and masks to the metrics.
+"""Segmentation protocol driver (docs/protocol.md section 4; paper Table 5): feeds maps and masks to the metrics.
 
 Thin on purpose: the explaining (map for the predicted class, ``Resize((224, 224))`` images, nearest-resized
 masks) happens in the methods / data layers; this module only streams batches into a

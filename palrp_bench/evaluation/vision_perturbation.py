@@ -1,4 +1,4 @@
-"""Vision pixel-perturbation protocol (PROTOCOL.md section 3; paper Table 4), batched.
+"""Vision pixel-perturbation protocol (docs/protocol.md section 3; paper Table 4), batched.
 
 For every image and each step ``p = 0.1, ..., 0.9``, ``int(H * W * p)`` pixels chosen on the map
 (:func:`palrp_bench.metrics.perturbation.perturbation_masks`: ReLU, per-image min-max, then the most / least
@@ -12,7 +12,7 @@ reference is the model's own prediction) are stacked into one batch and run in a
 * ``labels`` given ("target" / the official ``target`` curve): score 1 when it equals the label.
 
 The maps are whatever explanation the caller chose (map of the predicted class for "predicted", of the
-ground-truth class for "target"; PROTOCOL.md section 3). Curves feed
+ground-truth class for "target"; docs/protocol.md section 3). Curves feed
 :func:`palrp_bench.metrics.perturbation.perturbation_auc`.
 
 Tie-break (:mod:`palrp_bench.metrics.perturbation`): ``tie_break=None`` takes the default of ``protocol``
@@ -178,7 +178,7 @@ def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.T
 def vision_perturbation_curves(model, images, maps, labels=None, positive=True, *, normalize=None,
                                batch_size=None, protocol="official", tie_break=None, sample_ids=None,
                                seed=0) -> torch.Tensor:
-    """Per-sample 0/1 perturbation curves ``[B, 9]`` at ``p = 0.1, ..., 0.9`` (PROTOCOL.md section 3).
+    """Per-sample 0/1 perturbation curves ``[B, 9]`` at ``p = 0.1, ..., 0.9`` (docs/protocol.md section 3).
 
     ``model``: a classifier (timm / torch module) taking normalised images, in eval mode. ``images``:
     ``[B, 3, H, W]`` raw pixels in [0, 1]. ``maps``: ``[B, H, W]`` relevance (ReLU'd and min-max normalised

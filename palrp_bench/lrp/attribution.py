@@ -1,4 +1,5 @@
-"""One LRP explanation: one forward under a composite, one backward from the explained output (DESIGN.md).
+"""One LRP explanation: one forward under a composite, one backward from the explained output (docs/design.md section
+1).
 
 Every model family uses this procedure (Zennit's "attributor"). A twin's LRP-aware forward returns the logits and
 its named *sinks* (the tensors whose relevance ``x * grad`` is wanted: input embeddings or pixels, positional

@@ -8,7 +8,7 @@ forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
 * ``cp_lrp``    -- Conservative propagation (Ali et al. 2022): attention weights and activation gates are
   constants, so all relevance flows along the value path; conserves exactly with zero biases.
 * ``grad_x_input`` -- plain Gradient x Input (no modification anywhere): the cost floor in benchmarks.
-* ``official_vit`` -- the vision composite of the official PA-LRP code (PROTOCOL.md section 1): gamma rule on
+* ``official_vit`` -- the vision composite of the official PA-LRP code (docs/protocol.md section 1): gamma rule on
   the head and MLP linears (gamma=0.05) and on the patch-embedding conv (gamma=100), epsilon on the attention
   projections, std-constant LayerNorm, identity GELU, only the value path inside attention with half of the
   attention-branch relevance.

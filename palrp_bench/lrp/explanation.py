@@ -1,4 +1,4 @@
-"""The result of one explanation: what ``palrp_bench.explain`` returns (PROTOCOL.md section 1)."""
+"""The result of one explanation: what ``palrp_bench.explain`` returns (docs/protocol.md section 1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,7 +12,7 @@ class Explanation:
 
     Language models (LLaMA family, RoPE):
 
-    * ``scores``     ``[B, T]`` final per-token scores of the method (PROTOCOL.md section 1 aggregation).
+    * ``scores``     ``[B, T]`` final per-token scores of the method (docs/protocol.md section 1 aggregation).
     * ``semantic``   ``[B, T]`` signed semantic relevance ``sum_d R(E_i)[d]`` of the pass the method uses.
     * ``positional`` ``[B, L, 2, T]`` signed positional relevance per layer ``L``, with ``[:, :, 0]`` the cos
       sink and ``[:, :, 1]`` the sin sink, summed over head dims, heads, and the q and k sides. All zeros for

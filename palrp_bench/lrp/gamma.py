@@ -1,4 +1,5 @@
-"""The generalised LRP gamma rule as a forward-identical autograd op (PROTOCOL.md section 1; DESIGN.md table,
+"""The generalised LRP gamma rule as a forward-identical autograd op (docs/protocol.md section 1; docs/design.md
+section 2,
 row "linear / conv in ViTs").
 
 The rule (Montavon et al. 2019, "Layer-wise relevance propagation: an overview", generalised to signed inputs by
@@ -22,7 +23,8 @@ added term has the sign of the output) the denominators never vanish where relev
 needed; ``stabilizer > 0`` adds Zennit's sign-aware ``eps`` (Zennit's default is ``1e-6``) for bit-level
 comparisons with it.
 
-Gradient x Input form (DESIGN.md): the op's forward is exactly ``F.linear`` / ``F.conv2d``; its backward receives
+Gradient x Input form (docs/design.md section 1): the op's forward is exactly ``F.linear`` / ``F.conv2d``; its
+backward receives
 ``g = dL/dz`` and, since ``R_j = z_j * g_j`` in this framework, returns the modified gradient::
 
     s+_j = [z_j > 0] z_j g_j / D+_j         s-_j = [z_j < 0] z_j g_j / D-_j

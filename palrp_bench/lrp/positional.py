@@ -5,7 +5,7 @@ uses that carry position only. Every kind here says
 
 * ``sinks``: which tensors become leaves (and how many per forward: one, or one per layer = "multi-sink");
 * ``rule``: how the encoding enters the forward and how relevance is split there (a forward-identical gradient
-  modification, DESIGN.md);
+  modification, docs/design.md);
 * ``identity``: the relation between relevances its rule guarantees, which the tests check;
 * ``affects_semantic``: whether making the encoding a sink changes the relevance of anything else. For an added
   encoding (learned absolute) it does not, so its sink is always read; for RoPE the products split relevance

@@ -1,4 +1,4 @@
-"""LRP rules written as forward-identical modifications of the backward pass (DESIGN.md, first table).
+"""LRP rules written as forward-identical modifications of the backward pass (docs/design.md section 2).
 
 Every rule here leaves the forward *value* unchanged (up to float rounding) and modifies only the gradient,
 so that after one backward pass from the explained logit the relevance of ANY tensor ``a`` on the path is
@@ -244,7 +244,7 @@ class AttentionRecorder:
 
     For each attention call it keeps the (masked) scores ``S`` and weights ``A`` with ``retain_grad`` so that,
     after the backward pass, the relevance absorbed by the softmax rule is
-    ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; DESIGN.md).
+    ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; docs/design.md).
     """
 
     def __init__(self):
@@ -311,7 +311,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
               softcap_rule: str = "identity") -> torch.Tensor:
     """Scaled dot-product attention ``softmax(cap(Q K^T * scale) + mask) V`` under LRP rules.
 
-    The relevance split is given by three shares (DESIGN.md "Consequences"):
+    The relevance split is given by three shares (docs/design.md section 2):
 
     * ``weights_share`` / ``value_share``: how the relevance of ``A @ V`` is split between the attention
       weights ``A`` and the values ``V`` (AttnLRP uniform rule: 1/2, 1/2; CP-LRP: 0, 1; official ViT: 0, 1/2).

@@ -89,7 +89,7 @@ OFFICIAL_VISION = Stabilizers("official", linear=1e-8, add=1e-6, qk=0.5e-6, av=0
 #: The names the switch accepts.
 CHOICES = ("official", "none")
 
-#: The default of each protocol (PROTOCOL.md preamble: ``official`` follows the official code).
+#: The default of each protocol (docs/protocol.md preamble: ``official`` follows the official code).
 PROTOCOL_DEFAULTS = {"official": "official", "corrected": "none"}
 
 

@@ -1,4 +1,5 @@
-"""Pixel maps from semantic and positional relevance of a vision transformer (PROTOCOL.md section 1, vision column).
+"""Pixel maps from semantic and positional relevance of a vision transformer (docs/protocol.md section 1, vision
+column).
 
 The official PA-LRP vision code (``--method full_lrp_GammaLinear[_POS_ENC[_PE_ONLY]]_gammaConv``):
 

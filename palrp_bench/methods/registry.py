@@ -1,4 +1,4 @@
-"""What each table row means (PROTOCOL.md section 1; the baselines of docs/baselines.md), as data.
+"""What each table row means (docs/protocol.md section 1; the baselines of docs/baselines.md), as data.
 
 A :class:`Method` says which attributor computes it. For LRP rows (``attributor="lrp"``, one forward and one
 backward under a composite) it says which LRP pass they need (composite, whether cos/sin or the learned PE are

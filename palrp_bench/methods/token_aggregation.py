@@ -1,4 +1,4 @@
-"""Per-token scores from semantic and positional relevance (PROTOCOL.md section 1, paper Eq. 11).
+"""Per-token scores from semantic and positional relevance (docs/protocol.md section 1, paper Eq. 11).
 
 ``aggregation="official"`` follows the official code with ``--pe --single-norm`` (the published configuration):
 

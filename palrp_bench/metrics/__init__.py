@@ -1,7 +1,7 @@
-"""Pure metric functions on curves and maps (DESIGN.md "metrics/"); no models in here.
+"""Pure metric functions on curves and maps (docs/architecture.md "Layers", metrics/); no models in here.
 
 * :mod:`.auc`          -- AUC conventions (grids, scales) shared by every curve metric.
-* :mod:`.nlp`          -- AUAC, AU-MSE (PROTOCOL.md section 2).
+* :mod:`.nlp`          -- AUAC, AU-MSE (docs/protocol.md section 2).
 * :mod:`.perturbation` -- vision pixel order (documented tie-break), removal masks, x100 AUC (section 3).
 * :mod:`.segmentation` -- pixel accuracy, mIoU, mAP with dataset pooling and a streaming accumulator (section 4).
 * :mod:`.share`        -- Appendix F positional share of the total relevance.

@@ -1,7 +1,7 @@
 """Area-under-curve conventions shared by every perturbation metric.
 
-PROTOCOL.md section 2 (NLP): trapezoid area over x = 0.0, 0.1, ..., 1.0 (11 points) of the *sample-mean*
-curve (AUAC, AU-MSE). PROTOCOL.md section 3 (vision): trapezoid area over x = 0.1, ..., 0.9 (9 points) of the
+docs/protocol.md section 2 (NLP): trapezoid area over x = 0.0, 0.1, ..., 1.0 (11 points) of the *sample-mean*
+curve (AUAC, AU-MSE). docs/protocol.md section 3 (vision): trapezoid area over x = 0.1, ..., 0.9 (9 points) of the
 mean curve, reported x100 (so the maximum is 80). The convention (grid, scale) travels with every number
 through :class:`AucConvention` so a report can say exactly what was integrated.
 """
@@ -34,11 +34,11 @@ class AucConvention:
         return f"{self.name}: trapezoid over x={self.x[0]:g}..{self.x[-1]:g} ({len(self.x)} points) x{self.scale:g}"
 
 
-#: NLP generation / pruning curves, PROTOCOL.md section 2: the 11 fractions 0, 0.1, ..., 1.0 exactly as the
+#: NLP generation / pruning curves, docs/protocol.md section 2: the 11 fractions 0, 0.1, ..., 1.0 exactly as the
 #: official code builds them (``np.linspace(0, 1, 11)``, so 0.30000000000000004: the protocol's token counts
 #: ``ceil(f * N)`` depend on it; see :mod:`palrp_bench.evaluation.nlp_perturbation`).
 NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(float(v) for v in np.linspace(0.0, 1.0, 11)), 1.0)
-#: Vision positive / negative perturbation, PROTOCOL.md section 3 (p = 0.1, ..., 0.9, x100).
+#: Vision positive / negative perturbation, docs/protocol.md section 3 (p = 0.1, ..., 0.9, x100).
 VISION_STEPS = AucConvention("vision_9pt_x100", tuple(np.round(np.linspace(0.1, 0.9, 9), 10)), 100.0)
 
 

@@ -1,4 +1,4 @@
-"""Per-image normalisation of pixel maps shared by the vision metrics (PROTOCOL.md sections 3 and 4).
+"""Per-image normalisation of pixel maps shared by the vision metrics (docs/protocol.md sections 3 and 4).
 
 The official code min-max normalises every map on its own, in float32:
 ``(M - min M) / (max M - min M)``. The perturbation protocol applies it to ReLU'd maps (section 3), the

@@ -1,4 +1,4 @@
-"""NLP perturbation metrics: AUAC and AU-MSE (PROTOCOL.md section 2; paper Tables 1-3).
+"""NLP perturbation metrics: AUAC and AU-MSE (docs/protocol.md section 2; paper Tables 1-3).
 
 Both are the trapezoid area over the fractions ``x = 0.0, 0.1, ..., 1.0`` (11 points,
 :data:`~palrp_bench.metrics.auc.NLP_FRACTIONS`) of the *sample-mean* curve, NaN entries ignored per step
@@ -21,7 +21,7 @@ __all__ = ["auac", "au_mse"]
 
 
 def auac(ac_curves) -> float:
-    """Area under the mean accuracy curve (AUAC), PROTOCOL.md section 2.
+    """Area under the mean accuracy curve (AUAC), docs/protocol.md section 2.
 
     ``ac_curves``: per-sample curves ``[n, 11]`` at fractions 0, 0.1, ..., 1 (numpy, torch or lists; a single
     ``[11]`` curve is one sample). Returns ``trapz(nanmean(ac_curves, 0), x=fractions)`` in [0, 1] for
@@ -31,7 +31,7 @@ def auac(ac_curves) -> float:
 
 
 def au_mse(mse_curves) -> float:
-    """Area under the mean squared-logit-change curve (AU-MSE), PROTOCOL.md section 2.
+    """Area under the mean squared-logit-change curve (AU-MSE), docs/protocol.md section 2.
 
     ``mse_curves``: per-sample curves ``[n, 11]`` at fractions 0, 0.1, ..., 1. Same integration as
     :func:`auac` (trapezoid of the NaN-ignoring sample mean); unscaled.

@@ -1,5 +1,5 @@
 """Vision perturbation metric: which pixels each step removes, the tie-break among equal values, and the x100 AUC
-(PROTOCOL.md section 3; Table 4).
+(docs/protocol.md section 3; Table 4).
 
 Protocol pieces that need no model live here; the forward passes are in
 :mod:`palrp_bench.evaluation.vision_perturbation`.
@@ -11,7 +11,7 @@ Protocol pieces that need no model live here; the forward passes are in
 * AUC: trapezoid over ``x = 0.1..0.9`` of the sample-mean 0/1 curve, times 100 (maximum 80). Positive:
   lower is better; negative: higher is better.
 
-Tie-break (``tie_break``, PROTOCOL.md section 3). Real DeiT maps are ReLU'd and upsampled from 14x14 patches, so
+Tie-break (``tie_break``, docs/protocol.md section 3). Real DeiT maps are ReLU'd and upsampled from 14x14 patches, so
 large regions are exactly 0 (a third to two thirds of the pixels): a step whose cut falls inside such a group of
 equal values must choose among them, and which ones it removes changes per-sample AUCs. Two named modes;
 ``tie_break=None`` means the protocol's default (:func:`resolve_tie_break`: ``official`` -> ``topk``,
@@ -52,7 +52,7 @@ __all__ = ["VISION_FRACTIONS", "TIE_BREAKS", "PROTOCOL_TIE_BREAK", "resolve_tie_
            "perturbation_auc", "pixel_order", "pixel_ranks", "topk_removed", "perturbation_masks",
            "tied_pixel_share"]
 
-#: The 9 perturbation steps p = 0.1, ..., 0.9 (PROTOCOL.md section 3), as Python floats.
+#: The 9 perturbation steps p = 0.1, ..., 0.9 (docs/protocol.md section 3), as Python floats.
 VISION_FRACTIONS: tuple[float, ...] = tuple(float(p) for p in VISION_STEPS.x)
 
 #: the tie-break modes (module docstring)
@@ -83,7 +83,7 @@ def step_pixel_counts(num_pixels: int, fractions: tuple[float, ...] = VISION_FRA
 
 
 def perturbation_auc(curves01) -> float:
-    """Area under the mean perturbation curve, x100 (PROTOCOL.md section 3).
+    """Area under the mean perturbation curve, x100 (docs/protocol.md section 3).
 
     ``curves01``: per-sample curves ``[n, 9]`` at ``p = 0.1..0.9`` (0/1 agreement or accuracy; any values
     are integrated as given). Returns ``100 * trapz(nanmean(curves01, 0), x=0.1..0.9)``, in [0, 80] for 0/1

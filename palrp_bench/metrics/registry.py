@@ -52,7 +52,7 @@ class MetricSource:
 @dataclass(frozen=True)
 class MetricSpec:
     """One table metric: ``name`` (as in result rows), ``higher_is_better`` (bool, per-variant mapping or None),
-    ``convention`` (how the number is computed and scaled), ``description``, ``section`` (PROTOCOL.md section,
+    ``convention`` (how the number is computed and scaled), ``description``, ``section`` (docs/protocol.md section,
     see docs/evaluation.md), ``unit``, ``variants``; ``sources`` and ``compute`` (module docstring): ``curve``
     metrics take the steps of one input as components, pooled metrics one component per scalar input."""
 

@@ -1,4 +1,4 @@
-"""Segmentation metrics of relevance maps: pixel accuracy, mIoU, mAP (PROTOCOL.md section 4; Table 5).
+"""Segmentation metrics of relevance maps: pixel accuracy, mIoU, mAP (docs/protocol.md section 4; Table 5).
 
 Per image (as the official ``evaluate_segmentation.py`` + ``utils/metrices.py``):
 
@@ -97,7 +97,7 @@ def otsu_threshold(normalised_map: np.ndarray) -> float:
 
 @dataclass
 class SegmentationCounts:
-    """Per-image counts of a batch (PROTOCOL.md section 4), the unit that is stored and pooled.
+    """Per-image counts of a batch (docs/protocol.md section 4), the unit that is stored and pooled.
 
     ``correct``, ``labeled``: int64 ``[B]``; ``intersection``, ``union``: int64 ``[B, 2]`` (background,
     foreground); ``average_precision``: float64 ``[B]`` (fraction, not x100); ``sample_ids``: optional labels.
@@ -196,7 +196,7 @@ def segmentation_counts(maps, masks, threshold: str = "mean", sample_ids: list |
 
 def pixel_accuracy(correct, labeled) -> np.ndarray | float:
     """Dataset pixel accuracy x100 from per-image counts ``[..., n]``: total correct / total labelled (pooled, not
-    a mean of per-image accuracies; PROTOCOL.md section 4). Vectorised over leading axes."""
+    a mean of per-image accuracies; docs/protocol.md section 4). Vectorised over leading axes."""
     correct = np.asarray(correct, dtype=np.float64)
     labeled = np.asarray(labeled, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -206,7 +206,7 @@ def pixel_accuracy(correct, labeled) -> np.ndarray | float:
 def mean_iou(intersection, union) -> np.ndarray | float:
     """Dataset mIoU x100 from per-image counts ``[..., n, 2]`` (background, foreground): per class total
     intersection / total union (0 when a class never occurs in prediction or ground truth), then the mean of the
-    two classes (PROTOCOL.md section 4). Vectorised over leading axes."""
+    two classes (docs/protocol.md section 4). Vectorised over leading axes."""
     inter = np.asarray(intersection, dtype=np.float64).sum(axis=-2)
     union = np.asarray(union, dtype=np.float64).sum(axis=-2)
     iou = np.divide(inter, union, out=np.zeros(np.broadcast(inter, union).shape), where=union > 0)
@@ -214,7 +214,7 @@ def mean_iou(intersection, union) -> np.ndarray | float:
 
 
 def mean_average_precision(average_precision) -> np.ndarray | float:
-    """mAP x100: the mean over images ``[..., n]`` of the per-image average precision (PROTOCOL.md section 4)."""
+    """mAP x100: the mean over images ``[..., n]`` of the per-image average precision (docs/protocol.md section 4)."""
     return 100.0 * np.asarray(average_precision, dtype=np.float64).mean(axis=-1)
 
 

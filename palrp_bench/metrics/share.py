@@ -1,4 +1,4 @@
-"""Positional share of the total relevance (paper Appendix F, Figure 8; PROTOCOL.md sections 2 and 6).
+"""Positional share of the total relevance (paper Appendix F, Figure 8; docs/protocol.md sections 2 and 6).
 
 What the paper says (Appendix F): "We measure the sum of relevance for DeiT ... with PE relevancy
 constituting 16.75%, 22.39%, and 9.22% out of the total relevancy for Tiny, Small, and Base"; Figure 8
@@ -11,18 +11,18 @@ two parts), so the definition below is ours, chosen to follow the words "sum of 
       share = 100 * P / (S + P),   P = sum of positional relevance,  S = sum of semantic relevance
 
   with ``S`` over the semantic input relevance (the ``[H, W]`` pixel map, or the per-token sums) and ``P``
-  over the per-patch positional relevance ``sum_d R(P)[p, d]`` (PROTOCOL.md section 1), both **signed**
+  over the per-patch positional relevance ``sum_d R(P)[p, d]`` (docs/protocol.md section 1), both **signed**
   (``use_abs=False``): the fraction of the relevance that reached the input and was absorbed by the learned
   PE. It is outside [0, 100] when ``S`` and ``P`` have opposite signs, NaN when ``S + P == 0``.
 * ``use_abs=True`` sums magnitudes element-wise (``|S|`` and ``|P|`` per pixel / patch) instead, which
   keeps the share in [0, 100] and counts negative relevance as relevance too.
-* ``cls_terms=(cls_semantic, cls_positional)``: the official aggregation drops the CLS row (PROTOCOL.md
+* ``cls_terms=(cls_semantic, cls_positional)``: the official aggregation drops the CLS row (docs/protocol.md
   section 2, last paragraph); pass the dropped CLS terms (``Explanation.extras["cls_semantic"]`` and
   ``["cls_positional"]``) to include them in ``S`` and ``P``.
 * Dataset number: :func:`pooled_positional_share` (ratio of the summed totals, "sum of relevance" over the
   dataset) or the mean of the per-image shares; report which.
 * **Reading B** (the figure caption): ratio of the summed final maps, ``100 * sum(PE-only map) /
-  sum(Ours map)`` with the ReLU'd maps of PROTOCOL.md section 1: :func:`map_share`.
+  sum(Ours map)`` with the ReLU'd maps of docs/protocol.md section 1: :func:`map_share`.
 """
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class LearnedPositionDecoder(TextTwin):
                 return_all_logits: bool = False) -> TextForward:
         """One LRP-aware forward from the word-embedding leaf to the logits at ``explained_index``.
 
-        ``causal=False`` reproduces the official code's non-causal runs (PROTOCOL.md section 2).
+        ``causal=False`` reproduces the official code's non-causal runs (docs/protocol.md section 2).
         ``attention="eager"`` materialises the attention weights (same relevance; needed by ``recorder``)."""
         ids, mask = inputs.input_ids, inputs.mask
         b = ids.shape[0]

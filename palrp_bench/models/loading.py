@@ -1,5 +1,5 @@
 """Loading models as the user would, with one-line errors: Hugging Face decoders (optionally bitsandbytes 4-bit
-NF4), timm vision transformers (DeiT: PROTOCOL.md section 5), and the registry of model loaders the runner uses.
+NF4), timm vision transformers (DeiT: docs/protocol.md section 5), and the registry of model loaders the runner uses.
 
 * :func:`load_hf_model`: a ``*ForCausalLM`` / ``*ForSequenceClassification`` from the hub or a local folder.
 * :func:`keep_4bit_differentiable`: stops bitsandbytes repacking 4-bit weights into a format without gradients.
@@ -126,7 +126,7 @@ def keep_4bit_differentiable(model) -> None:
 # ------------------------------------------------------------------------------------------------ timm ViTs
 def load_timm_vit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | None = None, pretrained: bool = True,
               **model_kwargs):
-    """Load a DeiT / ViT as a timm model in eval mode (PROTOCOL.md section 5).
+    """Load a DeiT / ViT as a timm model in eval mode (docs/protocol.md section 5).
 
     * ``checkpoint``: a local file, e.g. an official facebookresearch/deit ``.pth`` (``{'model': state_dict}``;
       ``{'state_dict': ...}`` and bare state dicts work too), loaded strictly into ``timm.create_model(name)``

@@ -12,7 +12,7 @@ re-implements the wiring with the rules of :mod:`palrp_bench.lrp.rules` (registr
 * :func:`key_padding_mask`: the boolean attention mask of a padded batch;
 * :func:`mlp_activation_rule`: the rule of an ungated MLP activation under a composite.
 
-The explained output (PROTOCOL.md section 1): causal LMs the next-token logits at the last real position;
+The explained output (docs/protocol.md section 1): causal LMs the next-token logits at the last real position;
 sequence classifiers their pooled logits (decoders pool the last real token, BERT / RoBERTa the first, [CLS]);
 masked LMs the vocabulary logits at a position the caller names (``position=``, e.g. the [MASK] token) or, when
 the config has a ``mask_token_id``, the first token with that id.

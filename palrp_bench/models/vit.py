@@ -16,7 +16,7 @@ only the wiring with the rules of :mod:`palrp_bench.lrp.rules` and :mod:`palrp_b
   LayerNorms (the final one with its own eps), the residual branch points and the CLS pooling, and Zennit's
   sign-aware eps in the gamma rules.
 
-Relevance sinks (PROTOCOL.md section 1, paper Eq. 5 with eps -> 0; the ``learned_absolute`` kind of
+Relevance sinks (docs/protocol.md section 1, paper Eq. 5 with eps -> 0; the ``learned_absolute`` kind of
 :mod:`palrp_bench.lrp.positional`): ``z = E + P`` so ``R(E) = E * grad_z`` and ``R(P) = P * grad_z``. The pixels
 (patch-embedding input) are the semantic sink, a per-sample leaf copy of ``pos_embed`` the positional sink, and
 per-sample leaf copies of the CLS (and distillation) token collect their semantic relevance, reported apart. A
@@ -24,7 +24,7 @@ learned PE is added, so its sink never changes any other relevance: every method
 the same single pass (as in the official code, whose three vision rows share one semantic map), and positional
 relevance is always reported.
 
-Starting relevance (PROTOCOL.md section 1, vision; official ``generate_LRP`` feeds a one-hot vector to
+Starting relevance (docs/protocol.md section 1, vision; official ``generate_LRP`` feeds a one-hot vector to
 ``relprop``): 1.0 on the explained logit (``starting_relevance = "unit"``).
 
 The official composite (``official_vit``; what the official code ran for every vision table, checked against its
@@ -104,7 +104,8 @@ class VitTwin:
 
     modality = "pixels"
     starting_relevance = "unit"
-    #: the official vision composite (PROTOCOL.md section 1). PROTOCOL.md names no vision rule correction, so the
+    #: the official vision composite (docs/protocol.md section 1). docs/protocol.md names no vision rule correction,
+    #: so the
     #: ``corrected`` protocol keeps it too; true AttnLRP rules are ``rules="attnlrp"`` / ``"attnlrp_gamma"``.
     default_composite = "official_vit"
     positional = LearnedAbsolute()
@@ -231,7 +232,7 @@ class VitTwin:
                 ok = (h // ph, w // pw) == grid and h % ph == 0 and w % pw == 0
             if not ok:
                 raise BadInputError(f"image size {h}x{w} does not match the model's {expected[0]}x{expected[1]}",
-                                    f"resize the images to {expected[0]}x{expected[1]} (PROTOCOL.md section 3)")
+                                    f"resize the images to {expected[0]}x{expected[1]} (docs/protocol.md section 3)")
         x = x.to(device=self.device, dtype=self.dtype)
         if not bool(torch.isfinite(x).all()):
             raise BadInputError("pixel_values contain NaN or infinite values", "check the image loading")

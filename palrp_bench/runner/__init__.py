@@ -1,4 +1,5 @@
-"""The harness: config -> jobs -> sharded, resumable execution -> tidy CSV + metrics + manifest (DESIGN.md data flow).
+"""The harness: config -> jobs -> sharded, resumable execution -> tidy CSV + metrics + manifest (docs/architecture.md
+"Data flow of one run").
 
 The runner only schedules, stores and merges; what a task does with its samples is
 :mod:`palrp_bench.evaluation.tasks`, how a model is loaded :mod:`palrp_bench.models.loading`.

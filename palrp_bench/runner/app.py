@@ -1,6 +1,6 @@
 """One invocation of ``palrp-bench`` from a composed config: plan, check, run, merge, summarise.
 
-DESIGN.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> per shard:
+docs/architecture.md "Data flow of one run": config (Hydra) -> job list (model x task x method x shard) -> per shard:
 ... -> merge -> tidy CSV + manifest -> report. Hydra (``palrp_bench.cli``) composes and validates the config;
 everything after that is here, so tests can drive it without a command line.
 """

@@ -3,7 +3,7 @@ the run directory already stores, and the estimated time and peak memory on the 
 (:mod:`palrp_bench.runner.cost`); totals per paper task and for the experiment in device-hours; the table the
 plan prints. Nothing here loads a model or writes a file.
 
-Sample counts (PROTOCOL.md section 2 selection rules, :mod:`palrp_bench.runner.selection`):
+Sample counts (docs/protocol.md section 2 selection rules, :mod:`palrp_bench.runner.selection`):
 
 * ``selection=all``: the pool (dataset size, ``pool_size``), up to ``select_count``;
 * ``correct_only`` / ``until_correct`` need one forward per candidate. The per-candidate flags computed so far

@@ -1,4 +1,5 @@
-"""Loading the model of a cell onto its worker's device (DESIGN.md data flow: "per shard: load model").
+"""Loading the model of a cell onto its worker's device (docs/architecture.md "Data flow of one run": "per shard:
+load model").
 
 Task adapters receive a :class:`~palrp_bench.evaluation.tasks.base.ModelBundle`: the library model object (None
 for the self-test), its tokenizer (text) and the device. Loading itself is :func:`palrp_bench.models.loading.

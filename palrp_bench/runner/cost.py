@@ -47,13 +47,14 @@ __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIP
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
 #: perturbed rows per NLP sample actually forwarded: original + 11 generation + 11 pruning steps, minus the three
-#: duplicates (generation 100% = pruning 0% = original; generation 0% = pruning 100% = all UNK), PROTOCOL.md sec. 2
+#: duplicates (generation 100% = pruning 0% = original; generation 0% = pruning 100% = all UNK), docs/protocol.md
+#: section 2
 NLP_FORWARDS = 20
 #: next-token tasks prune by signed relevance, so with an even number N of perturbable tokens generation 50% and
 #: pruning 50% keep the same N/2 tokens: one more duplicate for half the samples
 NEXT_TOKEN_FORWARDS = 19.5
 #: pixel perturbation forwards per image: positive and negative, each 9 steps of the predicted-class map plus the
-#: original (for its prediction) and 9 steps of the target-class map (PROTOCOL.md section 3)
+#: original (for its prediction) and 9 steps of the target-class map (docs/protocol.md section 3)
 VISION_FORWARDS = 38
 #: bytes per parameter of a 4-bit NF4 layer with double quantization: 4 bits + an 8-bit absmax per 64 weights
 #: + a float32 second-level scale per 256 absmax values

@@ -1,6 +1,6 @@
 """Running one job (one shard of one cell): load, select, skip what is stored, evaluate, append.
 
-DESIGN.md "Data flow of one run": per shard: load model + dataset shard -> batches -> explain -> scores ->
+docs/architecture.md "Data flow of one run": per shard: load model + dataset shard -> batches -> explain -> scores ->
 protocol -> per-sample rows appended to the shard's store. Resume is implicit: samples stored by ANY earlier
 run of the cell (whatever its sharding) are skipped, so a killed job restarted with the same command computes
 only what is missing.

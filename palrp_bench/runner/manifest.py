@@ -1,4 +1,5 @@
-"""What a run was made with: git commit, library versions, hardware (DESIGN.md "Tidy CSV": the manifest)."""
+"""What a run was made with: git commit, library versions, hardware (docs/design.md section 6, "Tidy CSV": the
+manifest)."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """Shard stores -> the run's tidy ``results.csv``, its table numbers ``metrics.csv`` / ``metrics.json`` and
 ``manifest.json``
-(DESIGN.md "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
+(docs/design.md section 6, "Tidy CSV"; columns in :mod:`palrp_bench.rundir`).
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
 plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal,

@@ -1,4 +1,5 @@
-"""From the config to the job list (DESIGN.md "Data flow of one run": config -> model x task x method x shard).
+"""From the config to the job list (docs/architecture.md "Data flow of one run": config -> model x task x method x
+shard).
 
 A *cell* is one (model, task, method) with the metrics it evaluates and the settings that change its numbers. A *job* is one shard of a cell. Cells come from the experiment (``experiment=table1``); ``model=``,
 ``task=``, ``method=`` and ``metric=`` on the command line either name a single cell (all of model, task and

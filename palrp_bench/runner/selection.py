@@ -1,4 +1,4 @@
-"""Which samples of a task's pool are evaluated (PROTOCOL.md section 2 selection rules), shard-independently.
+"""Which samples of a task's pool are evaluated (docs/protocol.md section 2 selection rules), shard-independently.
 
 * ``selection=all``: the pool in dataset order.
 * ``selection=correct_only`` (MCQA): the correctly predicted samples, the first ``select_count`` of them.

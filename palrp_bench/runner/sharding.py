@@ -1,4 +1,4 @@
-"""Deterministic assignment of samples to shards (DESIGN.md "Sharding").
+"""Deterministic assignment of samples to shards (docs/design.md section 6, "Sharding").
 
 A sample belongs to shard ``stable_hash(sample_id) mod n_shards``, where ``stable_hash`` is the first 8 bytes of
 the BLAKE2b digest of the UTF-8 sample id -- the same on every machine, Python version and process (Python's

@@ -1,6 +1,6 @@
 """Resumable, kill-safe result storage of one shard, and the per-sample explanation cache.
 
-DESIGN.md "Resume": a restarted job skips samples already stored; a killed job never leaves a torn row.
+docs/design.md section 6, "Resume": a restarted job skips samples already stored; a killed job never leaves a torn row.
 
 * :class:`ShardStore` appends ONE JSON line per completed sample (all of its result rows at once, with the
   metrics they cover) and calls ``fsync`` before the next sample starts. A line is complete iff it

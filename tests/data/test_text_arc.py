@@ -1,4 +1,4 @@
-"""ARC-Easy MCQA loader and the correct-answer selection (PROTOCOL.md section 2, "MCQA")."""
+"""ARC-Easy MCQA loader and the correct-answer selection (docs/protocol.md section 2, "MCQA")."""
 from pathlib import Path
 
 import pyarrow.parquet as pq

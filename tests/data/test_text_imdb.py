@@ -1,4 +1,4 @@
-"""IMDB loader (PROTOCOL.md section 2) on the 20-row Kaggle-format CSV and the Hugging Face-format parquet."""
+"""IMDB loader (docs/protocol.md section 2) on the 20-row Kaggle-format CSV and the Hugging Face-format parquet."""
 from pathlib import Path
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Wikipedia next-token loader (PROTOCOL.md section 2) on two tiny shards in the hub's parquet layout."""
+"""Wikipedia next-token loader (docs/protocol.md section 2) on two tiny shards in the hub's parquet layout."""
 import inspect
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""ImageNet-val loader (PROTOCOL.md section 3) on tiny fixture files in the real layouts.
+"""ImageNet-val loader (docs/protocol.md section 3) on tiny fixture files in the real layouts.
 
 Fixtures: tests/data/fixtures_vision (see make_fixtures.py there): the same 5 images as an ImageFolder, and
 flat with a Kaggle LOC_val_solution.csv and with the devkit ground truth + meta.mat (devkit IDs deliberately

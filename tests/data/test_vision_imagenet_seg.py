@@ -1,4 +1,4 @@
-"""ImageNet-segmentation loader and verifier (PROTOCOL.md section 4) on a tiny gtsegs_ijcv.mat-layout fixture.
+"""ImageNet-segmentation loader and verifier (docs/protocol.md section 4) on a tiny gtsegs_ijcv.mat-layout fixture.
 
 tests/data/fixtures_vision/gtsegs_tiny.mat: 3 entries, MATLAB v7.3 (HDF5 + 512-byte MATLAB header), object
 references like the real file; entry 0 is 20 x 30 with red / green top quarters, blue bottom half, mask = top half.

@@ -153,7 +153,7 @@ def test_tiny_vit_solves_a_fresh_held_out_set(tiny_vit):
     assert (predicted // 2 == labels // 2).float().mean().item() >= 0.95
     assert (predicted == labels).float().mean().item() <= 0.7
 
-    # the evidence is the object: blackening it (PROTOCOL.md section 3's perturbation) destroys the
+    # the evidence is the object: blackening it (docs/protocol.md section 3's perturbation) destroys the
     # prediction, blackening as many background pixels does not
     masks = torch.stack([s.mask for s in samples]).bool()
     no_object = images.masked_fill(masks[:, None], 0.0)

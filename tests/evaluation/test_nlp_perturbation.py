@@ -1,4 +1,5 @@
-"""NLP perturbation protocol (PROTOCOL.md section 2): official fixtures, endpoints, ordering, padding, UNK, batching.
+"""NLP perturbation protocol (docs/protocol.md section 2): official fixtures, endpoints, ordering, padding, UNK,
+batching.
 
 The fast path (all perturbed copies in batched, de-duplicated forwards) is checked against:
 * the official code's own curves on tiny models (tests/data/official/nlp, copied from the shared fixtures);
@@ -125,7 +126,7 @@ def test_readout_reproduces_official_attention(lm_model, causal, fixture):
 
 @pytest.mark.parametrize("protocol", ["official", "corrected"])
 def test_causal_by_default_under_both_protocols_non_causal_only_when_asked(lm_model, protocol):
-    """PROTOCOL.md section 2: the official non-causal defect is reproduced only with an explicit causal=False."""
+    """docs/protocol.md section 2: the official non-causal defect is reproduced only with an explicit causal=False."""
     input_ids, mask, scores = _wiki_batch()
     kwargs = dict(unk_id=UNK, protocol=protocol, show_progress=False)
     default = nlp_perturbation_curves(lm_model, input_ids, scores, "wikipedia", mask, **kwargs)

@@ -4,7 +4,7 @@ class is the object's colour AND the image half holding it).
 On 64 embedded test images (``seed=0``, ``split="test"``: the first 16 are the ``synthetic_shapes`` task of the
 default run) the learned position embedding takes a large share of the relevance (paper Appendix F,
 ``metrics/share.py``), and adding it to the pixel map changes the Table-4 positive-perturbation AUC
-(PROTOCOL.md section 3, predicted class) by much more than the sampling uncertainty. The measured values and
+(docs/protocol.md section 3, predicted class) by much more than the sampling uncertainty. The measured values and
 the command that prints them are in docs/evaluation.md ("The embedded suites").
 """
 from __future__ import annotations

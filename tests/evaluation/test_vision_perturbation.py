@@ -1,4 +1,4 @@
-"""Vision perturbation protocol (PROTOCOL.md section 3) against the official fixture and a slow reference."""
+"""Vision perturbation protocol (docs/protocol.md section 3) against the official fixture and a slow reference."""
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
-"""The relevance accounting identity (DESIGN.md): logit = sum(semantic) + sum(positional) + absorbed, where the
+"""The relevance accounting identity (docs/design.md section 4): logit = sum(semantic) + sum(positional) + absorbed,
+where the
 absorbed part is what the softmax rules (relevance entering minus leaving) and the biases (b * grad_b) keep.
 Checked in float64 to 1e-6 on the full LLaMA twin; CP-LRP with zero biases conserves exactly. Also paper Eq. 10:
 per layer, the cos/sin sinks receive exactly half of the relevance of the rotated queries and keys."""

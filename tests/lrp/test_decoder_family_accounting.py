@@ -1,6 +1,7 @@
 """The relevance accounting identity and RoPE's Eq. 10 identity on every RoPE decoder family (float64).
 
-DESIGN.md: ``logit = sum(semantic) + sum(positional) + absorbed``, where the softmax rules absorb the relevance
+docs/design.md section 4: ``logit = sum(semantic) + sum(positional) + absorbed``, where the softmax rules absorb the
+relevance
 entering minus the relevance leaving them and every bias absorbs ``b * grad_b``. What the families add keeps the
 books closed without new terms: the identity rule on soft-capping (Gemma 2) passes relevance unchanged, ``(1 + w)``
 gains, q/k norms, sandwich norms and LayerNorm centring are linear once the normaliser is constant, the fused

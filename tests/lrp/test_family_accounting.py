@@ -1,5 +1,5 @@
 """The relevance accounting identity and the positional identities of the GPT-2, OPT, BERT, RoBERTa and BLOOM twins
-and of the RoPE ViT twin (issue "PA-LRP for the models people use now", tests 3 and 4; DESIGN.md).
+and of the RoPE ViT twin (issue "PA-LRP for the models people use now", tests 3 and 4; docs/design.md).
 
 Accounting, float64, AttnLRP rules: ``logit = semantic + positional + token types / prefix tokens + absorbed``, where
 the absorbed part is what the softmax rules keep (relevance entering minus leaving, eager attention recorder) plus

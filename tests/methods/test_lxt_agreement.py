@@ -3,7 +3,7 @@
 The reference outputs in tests/data/reference_lxt/lxt_attnlrp.npz were produced by scripts/reference_lxt.py in a
 SEPARATE virtualenv (lxt 2.1, transformers 4.57.6, torch 2.14.1; lxt patches ``modeling_llama`` process-wide, so
 this test never imports it). They follow lxt's README recipe for LLaMA: ``monkey_patch(modeling_llama)``,
-``max_logit.backward()`` (the logit is the starting relevance, PROTOCOL.md section 1),
+``max_logit.backward()`` (the logit is the starting relevance, docs/protocol.md section 1),
 relevance ``= (inputs_embeds * grad).sum(-1)``; plus lxt's CP-LRP map and the unpatched model (plain
 Gradient x Input), on the tiny official fixture LLaMAs (2 layers, hidden 64, GQA), float32 and float64, HF eager
 and sdpa attention. docs/reference_lxt.md records the commands and the measured numbers.

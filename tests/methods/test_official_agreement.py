@@ -219,7 +219,7 @@ def test_float64_fixture_sees_every_official_stabiliser(official_float32_stages,
 
 
 def test_imdb_sign_hazard_reproduced_and_corrected():
-    """PROTOCOL.md section 2: a negative explained logit flips the semantic map under the official code."""
+    """docs/protocol.md section 2: a negative explained logit flips the semantic map under the official code."""
     ref = np.load(NLP / "nlp_cls.npz")
     model = load("llama_cls", torch.float32)
     seq = json.loads((NLP / "ids_cls.json").read_text())[0]

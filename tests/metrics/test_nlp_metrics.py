@@ -1,4 +1,4 @@
-"""AUAC / AU-MSE (PROTOCOL.md section 2): hand-computed areas, NaN handling, grid checks, official aggregates."""
+"""AUAC / AU-MSE (docs/protocol.md section 2): hand-computed areas, NaN handling, grid checks, official aggregates."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Vision perturbation metric pieces (PROTOCOL.md section 3): x100 AUC, step counts, pixel order, masks (the
+"""Vision perturbation metric pieces (docs/protocol.md section 3): x100 AUC, step counts, pixel order, masks (the
 tie-break on tie-heavy maps: test_tie_break.py)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Segmentation metrics (PROTOCOL.md section 4): hand-computed 2x2 cases, AP vs sklearn, pooling, streaming,
+"""Segmentation metrics (docs/protocol.md section 4): hand-computed 2x2 cases, AP vs sklearn, pooling, streaming,
 Otsu, degenerate maps, and the official fixture (seg_random_maps.json)."""
 from __future__ import annotations
 

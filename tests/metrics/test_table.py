@@ -1,5 +1,5 @@
 """Tidy rows -> table metrics (metrics.csv): hand-computed values, the official code's own aggregates on its
-per-sample curves / counts (tests/data/official; PROTOCOL.md sections 2-4, Appendix F), the non-finite rules of
+per-sample curves / counts (tests/data/official; docs/protocol.md sections 2-4, Appendix F), the non-finite rules of
 both protocols, and the bootstrap intervals."""
 import json
 from pathlib import Path

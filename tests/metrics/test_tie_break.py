@@ -1,4 +1,4 @@
-"""Pixel-perturbation tie-break (PROTOCOL.md section 3) on tie-heavy maps like real DeiT maps: ReLU'd random
+"""Pixel-perturbation tie-break (docs/protocol.md section 3) on tie-heavy maps like real DeiT maps: ReLU'd random
 14x14 patch scores, bilinearly upsampled x16, so about half of every map is exactly 0.
 
 * ``topk`` removes exactly what ``torch.topk`` returns on the same tensor (always, in process), and exactly the

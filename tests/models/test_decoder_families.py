@@ -1,4 +1,4 @@
-"""Every RoPE decoder family reproduces its library model (DESIGN.md "model twin" parity), gives the library's own
+"""Every RoPE decoder family reproduces its library model (docs/design.md section 5, parity), gives the library's own
 Gradient x Input, explains batches exactly as single samples, and refuses what it does not reproduce.
 
 Families and their tiny configs: tests/models/tiny_families.py (sliding windows shorter than the sequences, biases,

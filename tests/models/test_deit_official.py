@@ -1,6 +1,6 @@
 """Agreement of the DeiT twin with the official PA-LRP vision code (commit 51eb418) on the shared fixture: a depth-2
 ViT loaded from the official checkpoint format, two ImageNet-normalised 224x224 images, the three vision rows
-(AttnLRP, PE only, Ours) for the predicted and the target class (PROTOCOL.md section 1).
+(AttnLRP, PE only, Ours) for the predicted and the target class (docs/protocol.md section 1).
 
 The official rules carry stabilisers (``OFFICIAL_VISION`` in palrp_bench/lrp/stabilizers.py): ``R / (z + 1e-6)`` in
 every add (the position-embedding add and both residuals), ``R / (y + eps_LN)`` in the std-constant LayerNorms

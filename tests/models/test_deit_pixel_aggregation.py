@@ -1,4 +1,5 @@
-"""Vision aggregation (PROTOCOL.md section 1): patch painting and the ReLU'd method maps, on hand-computed values."""
+"""Vision aggregation (docs/protocol.md section 1): patch painting and the ReLU'd method maps, on hand-computed
+values."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""The LLaMA twin reproduces the library's logits (DESIGN.md "model twin" parity) and explains batches of
+"""The LLaMA twin reproduces the library's logits (docs/design.md section 5, parity) and explains batches of
 padded inputs exactly as it explains each sample alone."""
 import pytest
 import torch

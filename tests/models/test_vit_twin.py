@@ -101,7 +101,7 @@ def test_explanation_contents():
     assert torch.equal(e.target, logits.argmax(-1))
     assert torch.allclose(e.logit, logits.gather(1, e.target[:, None])[:, 0], atol=1e-10)
     assert e.method == "pa_lrp" and e.rules == "official_vit" and e.aggregation == "official"
-    # PROTOCOL.md section 1: Ours = ReLU(sem_pixel + pos_pixel), the positional patch score spread over 8x8 pixels
+    # docs/protocol.md section 1: Ours = ReLU(sem_pixel + pos_pixel), the positional patch score spread over 8x8 pixels
     painted = e.positional.repeat_interleave(8, 1).repeat_interleave(8, 2) / 64
     assert torch.allclose(e.scores, (e.semantic + painted).clamp(min=0), atol=1e-15)
     assert bool((e.scores >= 0).all()) and bool((e.scores > 0).any())

@@ -1,4 +1,4 @@
-"""Tidy CSV + manifest (DESIGN.md "Tidy CSV"), and the multi-worker path on two CPU worker processes."""
+"""Tidy CSV + manifest (docs/design.md section 6, "Tidy CSV"), and the multi-worker path on two CPU worker processes."""
 import json
 import math
 

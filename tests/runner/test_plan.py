@@ -1,4 +1,4 @@
-"""Config -> cells -> jobs (DESIGN.md data flow), including the one-line errors of bad names."""
+"""Config -> cells -> jobs (docs/architecture.md "Data flow of one run"), including the one-line errors of bad names."""
 import pytest
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError

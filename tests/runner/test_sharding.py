@@ -1,4 +1,5 @@
-"""Deterministic shard assignment (DESIGN.md "Sharding"): stable across processes, a partition of the samples."""
+"""Deterministic shard assignment (docs/design.md section 6, "Sharding"): stable across processes, a partition of the
+samples."""
 import hashlib
 import subprocess
 import sys

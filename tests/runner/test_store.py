@@ -1,4 +1,4 @@
-"""The kill-safe JSONL shard store and the explanation cache (DESIGN.md "Resume")."""
+"""The kill-safe JSONL shard store and the explanation cache (docs/design.md section 6, "Resume")."""
 import json
 import math
 import subprocess

@@ -1,4 +1,5 @@
-"""Task adapters: the one place that knows how a kind of task evaluates its samples (DESIGN.md data flow).
+"""Task adapters: the one place that knows how a kind of task evaluates its samples (docs/architecture.md "Data flow
+of one run").
 
 One module per task kind, registered by decorator (:func:`register_task`): ``text_classification`` (IMDB,
 Tables 1-2), ``next_token`` (ARC-Easy MCQA, Wikipedia, Table 3), ``image_classification`` (ImageNet
@@ -9,7 +10,7 @@ An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
 
 * ``load_samples(task, bundle) -> list``: the candidate pool in dataset order (stable ``sample_id``s);
 * ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (tasks with a
-  prediction-dependent selection, PROTOCOL.md section 2);
+  prediction-dependent selection, docs/protocol.md section 2);
 * ``evaluate(bundle, samples, ctx, metrics) -> list[SampleResult]``: explain a batch with the cell's method and
   run the given metrics (the cell's metric configs not stored yet for these samples), returning per-sample rows
   ``(metric, variant, step, value)``. An explanation found in the cell's explanation cache (``ctx.cache``) is

@@ -1,5 +1,5 @@
 """``kind: image_classification``: ImageNet-val pixel perturbation and the positional share (Table 4, Appendix F;
-PROTOCOL.md section 3), and the embedded synthetic shapes."""
+docs/protocol.md section 3), and the embedded synthetic shapes."""
 from __future__ import annotations
 
 from . import register_task

@@ -1,4 +1,4 @@
-"""``kind: image_segmentation``: ImageNet-segmentation (Table 5; PROTOCOL.md section 4) and the embedded synthetic
+"""``kind: image_segmentation``: ImageNet-segmentation (Table 5; docs/protocol.md section 4) and the embedded synthetic
 shapes with their object masks."""
 from __future__ import annotations
 

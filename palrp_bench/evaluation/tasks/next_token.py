@@ -1,4 +1,4 @@
-"""``kind: next_token``: ARC-Easy MCQA and Wikipedia (Table 3) and the embedded synthetic MCQA (PROTOCOL.md
+"""``kind: next_token``: ARC-Easy MCQA and Wikipedia (Table 3) and the embedded synthetic MCQA (docs/protocol.md
 section 2): a causal LM, tracked token = the prediction."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``kind: text_classification``: IMDB (Tables 1, 2) and the embedded synthetic sentiment task (PROTOCOL.md
+"""``kind: text_classification``: IMDB (Tables 1, 2) and the embedded synthetic sentiment task (docs/protocol.md
 section 2): a sequence classifier, tracked class = the gold label, samples batched by length."""
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """What the two language task kinds share: loading the pool, batching, one explanation per batch (cached), the NLP
-perturbation curves (PROTOCOL.md section 2) and the AttnLRP paper's insertion areas (metric ``attnlrp_perturbation``,
+perturbation curves (docs/protocol.md section 2) and the AttnLRP paper's insertion areas (metric
+``attnlrp_perturbation``,
 :mod:`palrp_bench.evaluation.attnlrp_perturbation`). The kinds are :mod:`.text_classification` and
 :mod:`.next_token`.
 

@@ -1,4 +1,4 @@
-"""What the two vision task kinds share: pixel perturbation + positional share, and segmentation (PROTOCOL.md
+"""What the two vision task kinds share: pixel perturbation + positional share, and segmentation (docs/protocol.md
 sections 3, 4). The kinds are :mod:`.image_classification` and :mod:`.image_segmentation`.
 
 Per batch: raw images in [0, 1] are normalised with the model's mean/std and explained for the predicted class
