@@ -476,7 +476,9 @@ def run_target(target: Target, args, work: Path) -> Measured:
         if status.get("peak_device_bytes"):
             m.peak_device_gib = status["peak_device_bytes"] / GIB
     if rc != 0 and not stopped:
-        m.note = (log_path.read_text().strip().splitlines() or [""])[-1][:160]
+        lines = log_path.read_text().strip().splitlines() or [""]
+        errors = [line for line in lines if line.startswith("palrp-bench: error:")]  # the CLI's error, not a log line
+        m.note = (errors or lines)[-1][:160]
     return m
 
 
