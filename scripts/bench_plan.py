@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def plan_seconds(overrides: list[str], run_dir: Path) -> tuple[float | None, float | None, str]:
-    """``(device seconds, wall-clock lower bound, origin of the constants)`` of the plan."""
+def plan_of(overrides: list[str], run_dir: Path):
+    """The :class:`~palrp_bench.runner.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
     from hydra import compose, initialize_config_dir
 
     from palrp_bench.catalog import CONFIG_DIR
@@ -43,8 +43,13 @@ def plan_seconds(overrides: list[str], run_dir: Path) -> tuple[float | None, flo
         cfg = compose("config", overrides=[f"run_dir={run_dir}", *overrides])
     cells = plan_cells(cfg)
     devices = resolve_devices(list(cfg.runner.devices))
-    budget = plan_budget(cells, plan_jobs(cfg, cells, devices.n_workers), run_dir, devices.devices, cfg.runner,
-                         load_constants())
+    return plan_budget(cells, plan_jobs(cfg, cells, devices.n_workers), run_dir, devices.devices, cfg.runner,
+                       load_constants())
+
+
+def plan_seconds(overrides: list[str], run_dir: Path) -> tuple[float | None, float | None, str]:
+    """``(device seconds, wall-clock lower bound, origin of the constants)`` of the plan."""
+    budget = plan_of(overrides, run_dir)
     return budget.total_device_seconds(), budget.wall_seconds(), budget.origin
 
 

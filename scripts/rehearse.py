@@ -1,6 +1,7 @@
 """Full-size rehearsal of the paper tables: real architectures with random weights, data in the real formats,
 every table's pipeline through the ``palrp-bench`` command line, with load time, time and peak memory per sample
-and the projected total of each table.
+(each beside the estimate ``palrp-bench mode=plan`` gives for the same command) and the projected total of each
+table.
 
     python scripts/rehearse.py --samples 3 --max-minutes 15                      # every target that fits here
     python scripts/rehearse.py --samples 3 --max-minutes 15 --only tinyllama_imdb_csv deit_tiny_imagenet
@@ -398,6 +399,8 @@ class Measured:
     load_model_s: float | None = None
     load_data_s: float | None = None
     per_sample_s: float | None = None
+    planned_sample_s: float | None = None  # mode=plan's estimate for the same command (docs/planning.md)
+    planned_load_s: float | None = None
     peak_rss_gib: float | None = None
     peak_device_gib: float | None = None
     wall_s: float = 0.0
@@ -426,6 +429,23 @@ def _peak_rss_kib(pid: int) -> int:
     return 0
 
 
+def _planned(overrides: list[str], run_dir: Path) -> tuple[float | None, float | None]:
+    """``(seconds per sample, model load seconds)`` that ``palrp-bench mode=plan`` estimates for the target's
+    command (scripts/bench_plan.py), or ``(None, None)`` if the cost model cannot price it."""
+    if str(Path(__file__).parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).parent))
+    from bench_plan import plan_of
+
+    try:
+        budget = plan_of([o for o in overrides if not o.startswith("run_dir=")], run_dir)
+    except Exception as err:  # noqa: BLE001 - a benchmark column, not a reason to stop the rehearsal
+        print(f"  (no plan estimate: {err})", flush=True)
+        return None, None
+    cell = budget.cells[0]
+    per_sample = None if cell.estimate.seconds is None or not cell.remaining else cell.estimate.seconds / cell.remaining
+    return per_sample, budget.load_seconds
+
+
 def run_target(target: Target, args, work: Path) -> Measured:
     if args.device == "cpu" and target.memory_gib > _available_gib():
         return Measured(target.name, "skipped", note=f"needs about {target.memory_gib:.0f} GiB of memory, "
@@ -437,6 +457,7 @@ def run_target(target: Target, args, work: Path) -> Measured:
                "method=pa_lrp", *overrides, *target.overrides, "task.selection=all",
                f"runner.max_samples={args.samples}", f"runner.devices={device}", "runner.quiet=true",
                f"runner.batch_size={args.batch_size}", "runner.cache_explanations=false", f"run_dir={run_dir}"]
+    planned = _planned(command[3:], run_dir)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     log_path = work / "logs" / f"{run_dir.name}.log"
@@ -465,7 +486,8 @@ def run_target(target: Target, args, work: Path) -> Measured:
     statuses = [json.loads(p.read_text()) for p in run_dir.glob("cells/*/*/*/shard-*.status.json")]
     m = Measured(target.name, "capped" if stopped else ("ok" if rc == 0 else f"failed (exit {rc})"),
                  peak_rss_gib=peak_kib / 1024 ** 2 if peak_kib else None, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
-                 load_avg=os.getloadavg()[1], note=target.note)
+                 load_avg=os.getloadavg()[1], note=target.note, planned_sample_s=planned[0],
+                 planned_load_s=planned[1])
     if statuses:
         status = statuses[0]
         timing = status.get("timing", {})
@@ -491,11 +513,15 @@ def _hours(seconds: float) -> str:
 
 
 def report(results: list[Measured], targets: dict[str, Target], args) -> str:
-    lines = [f"| target | status | samples | model load | data load | time / sample | peak RSS | peak {args.device} "
-             "memory | wall / CPU time of the process | load avg | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| target | status | samples | model load (plan) | data load | time / sample (plan) | measured / plan | "
+             f"peak RSS | peak {args.device} memory | wall / CPU time of the process | load avg | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in results:
-        lines.append(f"| {m.target} | {m.status} | {m.samples} | {_fmt(m.load_model_s, '.0f', ' s')} | "
-                     f"{_fmt(m.load_data_s, '.0f', ' s')} | {_fmt(m.per_sample_s, '.1f', ' s')} | "
+        ratio = (f"{m.per_sample_s / m.planned_sample_s:.2f}"
+                 if m.per_sample_s is not None and m.planned_sample_s else "-")
+        lines.append(f"| {m.target} | {m.status} | {m.samples} | {_fmt(m.load_model_s, '.0f', ' s')} "
+                     f"({_fmt(m.planned_load_s, '.0f', ' s')}) | {_fmt(m.load_data_s, '.0f', ' s')} | "
+                     f"{_fmt(m.per_sample_s, '.1f', ' s')} ({_fmt(m.planned_sample_s, '.1f', ' s')}) | {ratio} | "
                      f"{_fmt(m.peak_rss_gib, '.1f', ' GiB')} | {_fmt(m.peak_device_gib, '.1f', ' GiB')} | "
                      f"{m.wall_s:.0f} s / {m.cpu_s:.0f} s | {m.load_avg:.1f} | {m.note} |")
     by_cell = {}

@@ -51,3 +51,15 @@ def test_projection_is_load_plus_paper_samples_times_time_per_sample():
     # table 4 cells of deit_tiny: 2 methods x (12 s + 5000 x 1.5 s) = 15024 s = 4.2 h
     assert "| table4+appendix_f | 1 of 3 | 4.2 h (measured cells only) |" in text
     assert "| table1 | 0 of 3 | - |" in text
+
+
+def test_each_measurement_stands_beside_the_plans_estimate_for_the_same_command(tmp_path):
+    per_sample, load = rehearse._planned(["model=tiny_llama_cls", "task=synthetic_sentiment", "method=pa_lrp",
+                                          "runner.max_samples=2", "runner.devices=[cpu]"], tmp_path / "run")
+    assert per_sample is not None and 0 < per_sample < 60 and load is not None and load >= 0
+    m = rehearse.Measured("tinyllama_imdb_csv", "ok", samples=2, load_model_s=3.0, per_sample_s=2.0,
+                          planned_sample_s=4.0, planned_load_s=3.5)
+    text = rehearse.report([m], {t.name: t for t in rehearse.TARGETS}, type("A", (), {"device": "cpu"})())
+    row = next(line for line in text.splitlines() if line.startswith("| tinyllama_imdb_csv "))
+    assert "| 3 s (4 s) |" in row and "| 2.0 s (4.0 s) | 0.50 |" in row
+    assert not list(tmp_path.iterdir())  # planning writes nothing
