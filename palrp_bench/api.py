@@ -50,9 +50,10 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     """Explain a batch of inputs of ``model`` with ``method``.
 
     Args:
-        model: the library model object as the user loaded it (Hugging Face ``LlamaForCausalLM`` /
-            ``LlamaForSequenceClassification``, incl. bitsandbytes 4-bit; GPT-2, OPT, BLOOM, BERT, RoBERTa heads;
-            timm ``VisionTransformer`` / DeiT and RoPE ViTs).
+        model: the library model object as the user loaded it: a Hugging Face causal LM or sequence classifier of
+            a decoder family (LLaMA, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3, Phi-3, GPT-NeoX; incl. bitsandbytes
+            4-bit), GPT-2, OPT, BLOOM, BERT or RoBERTa heads, a timm ``VisionTransformer`` / DeiT or RoPE ViT
+            (the README's support table lists what each family supports).
         inputs: ``input_ids`` ``[B, T]`` for language models (GPT-2 / BLOOM / BERT-style twins also take a
             tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
             for vision transformers.
