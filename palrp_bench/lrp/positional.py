@@ -27,9 +27,16 @@ from . import rules
 
 __all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "ALiBi", "Rope2D", "POSITIONAL_KINDS",
            "register_positional", "get_positional", "RopeRelevance", "PositionalRelevance", "AlibiSinks",
-           "ALIBI_RULES"]
+           "ALIBI_RULES", "real_token_positions"]
 
 POSITIONAL_KINDS: dict[str, type["PositionalKind"]] = {}
+
+
+def real_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted from 0 over the real tokens of each row, ``[B, T]`` long; padding never shifts them (so
+    left and right padding give the same positions: batch invariance). Pads get the position of the nearest real
+    token before them, or 0."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def register_positional(cls: type["PositionalKind"]) -> type["PositionalKind"]:
@@ -262,7 +269,7 @@ class ALiBi(PositionalKind):
     @staticmethod
     def positions(attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions counted from 0 over real tokens (BLOOM's counting; padding gets 0): ``[B, T]`` long."""
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0) * attention_mask.long()
+        return real_token_positions(attention_mask) * attention_mask.long()
 
     @staticmethod
     def layer_sinks(positions: torch.Tensor, heads: int, rule: str, enabled: bool, dtype: torch.dtype) -> AlibiSinks:

@@ -37,7 +37,7 @@ from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
-from ..lrp.positional import get_positional
+from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
 from .registry import discover, register_twin
@@ -340,7 +340,7 @@ class DecoderTwin:
 
     def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions counted over real tokens only, so left padding does not shift them (batch invariance)."""
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return real_token_positions(attention_mask)
 
     def last_index(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """Index of the token whose output is explained: the last non-pad position.

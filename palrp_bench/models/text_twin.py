@@ -29,7 +29,7 @@ from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
-from ..lrp.positional import PositionalRelevance
+from ..lrp.positional import PositionalRelevance, real_token_positions
 
 __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin", "key_padding_mask", "mlp_activation_rule"]
 
@@ -177,7 +177,7 @@ class TextTwin:
     @staticmethod
     def count_positions(attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions counted from 0 over real tokens, so padding never shifts them (batch invariance)."""
-        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return real_token_positions(attention_mask)
 
     def explained_index(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         """The explained position per sample: the last real token (causal LMs, decoder classifiers), the first real
