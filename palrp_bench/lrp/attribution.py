@@ -21,7 +21,16 @@ import torch
 
 from ..errors import BadInputError
 
-__all__ = ["TwinForward", "Attribution", "attribute", "resolve_target", "seed_gradient", "STARTING_RELEVANCE"]
+__all__ = ["TwinForward", "Attribution", "attribute", "resolve_target", "seed_gradient", "STARTING_RELEVANCE",
+           "embedding_sink"]
+
+def embedding_sink(embedding: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The token embeddings as a leaf of the graph: the semantic sink, ``R(E) = E * E.grad`` after the backward
+    (docs/design.md section 3). The lookup itself carries no relevance rule, so it runs without autograd."""
+    with torch.no_grad():
+        e = embedding(input_ids)
+    return e.detach().requires_grad_(True)
+
 
 #: starting relevance of the explained output (module docstring)
 STARTING_RELEVANCE = ("logit", "unit")

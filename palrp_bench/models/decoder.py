@@ -35,7 +35,7 @@ import torch
 
 from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
-from ..lrp.attribution import Attribution
+from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
@@ -333,10 +333,8 @@ class DecoderTwin:
         return self.embed_tokens.weight.device
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Input-embedding leaf: the semantic sink (``R(E) = E * E.grad``)."""
-        with torch.no_grad():
-            e = self.embed_tokens(input_ids)
-        return e.detach().requires_grad_(True)
+        """Input-embedding leaf: the semantic sink (:func:`~palrp_bench.lrp.attribution.embedding_sink`)."""
+        return embedding_sink(self.embed_tokens, input_ids)
 
     def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions counted over real tokens only, so left padding does not shift them (batch invariance)."""

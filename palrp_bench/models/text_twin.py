@@ -27,7 +27,7 @@ import torch
 
 from ..errors import BadInputError, UnsupportedModelError
 from ..lrp import rules
-from ..lrp.attribution import Attribution
+from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
 
@@ -169,10 +169,8 @@ class TextTwin:
         return self.embedding_table.weight.device
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Word-embedding leaf: the semantic sink (``R(E) = E * E.grad``)."""
-        with torch.no_grad():
-            e = self.embedding_table(input_ids)
-        return e.detach().requires_grad_(True)
+        """Word-embedding leaf: the semantic sink (:func:`~palrp_bench.lrp.attribution.embedding_sink`)."""
+        return embedding_sink(self.embedding_table, input_ids)
 
     @staticmethod
     def count_positions(attention_mask: torch.Tensor) -> torch.Tensor:
