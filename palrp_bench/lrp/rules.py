@@ -86,9 +86,9 @@ class _Stabilize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (z,) = ctx.saved_tensors
-        den = z + ctx.eps
-        zero = den == 0
-        factor = z.div(den.masked_fill_(zero, 1.0)).masked_fill_(zero, 0.0)  # few temporaries: runs on every layer
+        # z / (z + eps) in three passes over one temporary (this runs on every linear output and sum of every
+        # layer); z + eps == 0 only where z == -eps != 0, so the division gives +-inf exactly there, set to 0
+        factor = torch.div(z, z + ctx.eps).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         return factor.mul_(grad), None
 
 
