@@ -17,7 +17,7 @@ BASE = {"errors", "rundir", "hub", "atomic_io", "protocol", "discovery"}
 
 #: package (first component under palrp_bench) -> the packages it may import, besides itself and BASE
 ALLOWED = {
-    "errors": set(), "rundir": set(), "hub": set(), "atomic_io": set(), "protocol": set(), "discovery": set(),
+    "errors": set(), "rundir": set(), "hub": set(), "atomic_io": set(), "protocol": set(), "discovery": {"errors"},
     "lrp": set(),
     "methods": {"lrp"},
     "metrics": set(),

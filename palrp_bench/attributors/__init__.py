@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..discovery import import_package_modules
-from ..errors import BadInputError
+from ..discovery import Registry
 from ..lrp.explanation import Explanation
 from ..methods.registry import Method
 from .base import AttributorCall, AttributorResult, explanation_of, make_call
@@ -28,25 +27,18 @@ from .base import AttributorCall, AttributorResult, explanation_of, make_call
 __all__ = ["ATTRIBUTORS", "register_attributor", "get_attributor", "AttributorCall", "AttributorResult",
            "run_attributor"]
 
-ATTRIBUTORS: dict[str, Callable[[AttributorCall], AttributorResult]] = {}
+#: attributor name -> ``fn(call) -> AttributorResult``
+ATTRIBUTORS = Registry("attributor", package=__name__)
 
 
 def register_attributor(name: str):
     """Decorator: the function computing attributor ``name`` (``fn(call) -> AttributorResult``)."""
-    def deco(fn):
-        ATTRIBUTORS[name] = fn
-        return fn
-    return deco
+    return ATTRIBUTORS.register(name)
 
 
 def get_attributor(name: str) -> Callable[[AttributorCall], AttributorResult]:
     """The registered attributor ``name`` (imports this package's modules once), or a one-line error."""
-    import_package_modules(__name__)
-    try:
-        return ATTRIBUTORS[name]
-    except KeyError:
-        raise BadInputError(f"unknown attributor {name!r}",
-                            f"use one of: {', '.join(sorted(ATTRIBUTORS))}") from None
+    return ATTRIBUTORS.lookup(name)
 
 
 def run_attributor(twin, prepared, method: Method, params: dict, target, options: dict, aggregation: str,

@@ -8,32 +8,25 @@ a new dataset is one module.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from ..discovery import import_package_modules
-from ..errors import BadInputError
+from ..discovery import Registry
 
 __all__ = ["DATASETS", "register_dataset", "load_dataset", "sample_ids_of"]
 
-DATASETS: dict[str, Callable[..., Sequence]] = {}
+#: ``task.dataset`` -> loader ``(path, limit, options, tokenizer) -> samples``
+DATASETS = Registry("dataset", "task.dataset", __package__)
 
 
 def register_dataset(name: str):
     """Decorator: the loader of ``task.dataset == name``."""
-    def deco(fn):
-        DATASETS[name] = fn
-        return fn
-    return deco
+    return DATASETS.register(name)
 
 
 def load_dataset(name: str, *, path=None, limit: int | None = None, options: dict | None = None,
                  tokenizer: Any = None) -> Sequence:
     """The samples of dataset ``name`` (see the module docstring)."""
-    import_package_modules(__package__)
-    loader = DATASETS.get(name)
-    if loader is None:
-        raise BadInputError(f"unknown dataset {name!r}", f"set task.dataset to one of: {', '.join(sorted(DATASETS))}")
-    return loader(path, limit, dict(options or {}), tokenizer)
+    return DATASETS.lookup(name)(path, limit, dict(options or {}), tokenizer)
 
 
 def sample_ids_of(dataset: Sequence) -> list[str]:

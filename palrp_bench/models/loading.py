@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
 
+from ..discovery import Registry
 from ..errors import BadInputError, MissingDataError, UnsupportedModelError
 from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, is_local_path
 
@@ -262,15 +262,12 @@ def load_tokenizer(name_or_path: str):
 # ---------------------------------------------------------------------------------------------------- registry
 #: ``model.loader`` -> function ``(config, device) -> (model, tokenizer)``; ``config`` has the fields of a model
 #: config (``source``, ``kind``, ``dtype``, ``quantization``, ``checkpoint``, ``tokenizer``)
-LOADERS: dict[str, Callable] = {}
+LOADERS = Registry("model loader", "model.loader")
 
 
 def register_loader(name: str):
     """Decorator: the function loading models of ``model.loader == name``."""
-    def deco(fn):
-        LOADERS[name] = fn
-        return fn
-    return deco
+    return LOADERS.register(name)
 
 
 def _value(x):
@@ -328,8 +325,4 @@ OFFLINE_LOADERS = ("embedded_text", "embedded_vit", "selftest")
 
 def load_model(cfg, device: str):
     """``(model, tokenizer)`` of a model config on ``device`` via its ``loader`` (:data:`LOADERS`)."""
-    loader = LOADERS.get(_value(cfg.loader))
-    if loader is None:
-        raise BadInputError(f"unknown model loader {_value(cfg.loader)!r} (model {cfg.name})",
-                            f"set model.loader to one of: {', '.join(sorted(LOADERS))}")
-    return loader(cfg, device)
+    return LOADERS.lookup(_value(cfg.loader), f" (model {cfg.name})")(cfg, device)

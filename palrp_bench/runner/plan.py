@@ -159,7 +159,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     """The cells of this invocation (see the module docstring), validated: every name exists, every metric
     applies to its task, the rules override is a known composite, the model loader and the task kind are
     registered."""
-    from ..evaluation.tasks import task_kinds
+    from ..evaluation.tasks import TASK_KINDS
     from ..methods.registry import get_method
     from ..metrics.perturbation import resolve_tie_break
     from ..models.loading import LOADERS
@@ -203,12 +203,8 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             get_method(method_name).check_modality(modality)
         else:
             get_method(method_name)
-        if model.loader not in LOADERS:
-            raise BadInputError(f"unknown model loader {model.loader!r} (model {model.name})",
-                                f"set model.loader to one of: {', '.join(sorted(LOADERS))}")
-        if task.kind not in task_kinds():
-            raise BadInputError(f"unknown task kind {task.kind!r} (task {task.name})",
-                                f"set task.kind to one of: {', '.join(task_kinds())}")
+        LOADERS.lookup(model.loader, f" (model {model.name})")
+        TASK_KINDS.lookup(task.kind, f" (task {task.name})")
         metrics = tuple(block_metrics) or tuple(task.metrics)
         for metric in metrics:
             catalog.check_name("metric", metric)

@@ -22,33 +22,26 @@ one row ``nonfinite_relevance = 1`` and no metric rows.
 """
 from __future__ import annotations
 
-from ...discovery import import_package_modules
-from ...errors import BadInputError
+from ...discovery import Registry
 from .base import JobContext, ModelBundle, SampleResult, TaskAdapter, nonfinite_result
 
 __all__ = ["TASK_KINDS", "register_task", "task_adapter", "task_kinds", "JobContext", "ModelBundle",
            "SampleResult", "TaskAdapter", "nonfinite_result"]
 
-TASK_KINDS: dict[str, type] = {}
+#: task kind -> adapter class
+TASK_KINDS = Registry("task kind", "task.kind", __name__)
 
 
 def register_task(kind: str):
     """Class decorator: the adapter evaluating tasks of ``kind``."""
-    def deco(cls):
-        TASK_KINDS[kind] = cls
-        return cls
-    return deco
+    return TASK_KINDS.register(kind)
 
 
 def task_kinds() -> list[str]:
     """Every registered task kind (imports the modules of this package once)."""
-    import_package_modules(__name__)
-    return sorted(TASK_KINDS)
+    return TASK_KINDS.names()
 
 
 def task_adapter(kind: str) -> TaskAdapter:
     """A fresh adapter of a task kind, or a one-line :class:`BadInputError`."""
-    kinds = task_kinds()
-    if kind not in TASK_KINDS:
-        raise BadInputError(f"no task adapter for task kind {kind!r}", f"use one of: {', '.join(kinds)}")
-    return TASK_KINDS[kind]()
+    return TASK_KINDS.lookup(kind)()
