@@ -40,6 +40,7 @@ from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
+from .token_inputs import attention_mask_of, token_batch
 from .registry import discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
@@ -359,34 +360,9 @@ class DecoderTwin:
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, input_ids, attention_mask=None) -> DecoderInputs:
         """Check shapes, lengths and ids; move to the model's device (one-line errors for bad input)."""
-        if not isinstance(input_ids, torch.Tensor):
-            input_ids = torch.as_tensor(input_ids)
-        if input_ids.dim() == 1:
-            input_ids = input_ids[None]
-        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-            raise BadInputError(f"input_ids must be an integer tensor [batch, tokens], got {tuple(input_ids.shape)} "
-                                f"{input_ids.dtype}", "tokenize the text first (tokenizer(text, return_tensors='pt'))")
-        if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
-            raise BadInputError("empty input (no tokens)", "pass at least one token (a non-empty text)")
-        max_len = getattr(self.config, "max_position_embeddings", None)
-        if max_len is not None and input_ids.shape[1] > max_len:
-            raise BadInputError(f"sequence of {input_ids.shape[1]} tokens is longer than the model context "
-                                f"({max_len})", f"truncate to at most {max_len} tokens")
-        vocab = self.embed_tokens.num_embeddings
-        if int(input_ids.max()) >= vocab or int(input_ids.min()) < 0:
-            raise BadInputError(f"token id out of range for a vocabulary of {vocab}",
-                                "use the tokenizer that belongs to this model")
-        input_ids = input_ids.to(device=self.device, dtype=torch.long)
-        if attention_mask is not None:
-            attention_mask = torch.as_tensor(attention_mask)
-            if attention_mask.dim() == 1:
-                attention_mask = attention_mask[None]
-            if attention_mask.shape != input_ids.shape:
-                raise BadInputError(f"attention_mask shape {tuple(attention_mask.shape)} differs from input_ids "
-                                    f"{tuple(input_ids.shape)}", "pass the mask the tokenizer returned")
-            attention_mask = attention_mask.to(device=self.device, dtype=torch.long)
-            if bool((attention_mask.sum(-1) == 0).any()):
-                raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
+        input_ids = token_batch(input_ids, vocab_size=self.embed_tokens.num_embeddings,
+                                max_positions=getattr(self.config, "max_position_embeddings", None), device=self.device)
+        attention_mask = attention_mask_of(attention_mask, input_ids)
         return DecoderInputs(input_ids, attention_mask, self.last_index(input_ids, attention_mask))
 
     def run(self, inputs: DecoderInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,

@@ -30,6 +30,7 @@ from ..lrp import rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
+from .token_inputs import attention_mask_of, per_token, token_batch
 
 __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin", "key_padding_mask", "mlp_activation_rule"]
 
@@ -238,16 +239,12 @@ class TextTwin:
             attention_mask = inputs.get("attention_mask", attention_mask)
             token_type_ids = inputs.get("token_type_ids")
             inputs = inputs["input_ids"]
-        ids = self._as_ids(inputs)
-        mask = None if attention_mask is None else self._as_like(attention_mask, ids, "attention_mask")
-        if mask is not None:
-            if bool(((mask != 0) & (mask != 1)).any()):
-                raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
-            if bool((mask.sum(-1) == 0).any()):
-                raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
+        ids = token_batch(inputs, vocab_size=self.embedding_table.num_embeddings, max_positions=self.max_positions,
+                          device=self.device)
+        mask = attention_mask_of(attention_mask, ids)
         types = None
         if token_type_ids is not None:
-            types = self._as_like(token_type_ids, ids, "token_type_ids")
+            types = per_token(token_type_ids, ids, "token_type_ids")
             n_types = self.type_vocab_size
             if n_types is None:
                 raise BadInputError(f"{type(self.model).__name__} has no token types", "drop token_type_ids")
@@ -259,35 +256,6 @@ class TextTwin:
     def type_vocab_size(self) -> int | None:
         """Number of token types (BERT-style models), else None."""
         return None
-
-    def _as_ids(self, input_ids) -> torch.Tensor:
-        if not isinstance(input_ids, torch.Tensor):
-            input_ids = torch.as_tensor(input_ids)
-        if input_ids.dim() == 1:
-            input_ids = input_ids[None]
-        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-            raise BadInputError(f"input_ids must be an integer tensor [batch, tokens], got {tuple(input_ids.shape)} "
-                                f"{input_ids.dtype}", "tokenize the text first (tokenizer(text, return_tensors='pt'))")
-        if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
-            raise BadInputError("empty input (no tokens)", "pass at least one token (a non-empty text)")
-        limit = self.max_positions
-        if limit is not None and input_ids.shape[1] > limit:
-            raise BadInputError(f"sequence of {input_ids.shape[1]} tokens is longer than the model's {limit} "
-                                "positions", f"truncate to at most {limit} tokens")
-        vocab = self.embedding_table.num_embeddings
-        if int(input_ids.max()) >= vocab or int(input_ids.min()) < 0:
-            raise BadInputError(f"token id out of range for a vocabulary of {vocab}",
-                                "use the tokenizer that belongs to this model")
-        return input_ids.to(device=self.device, dtype=torch.long)
-
-    def _as_like(self, values, ids: torch.Tensor, name: str) -> torch.Tensor:
-        values = torch.as_tensor(values)
-        if values.dim() == 1:
-            values = values[None]
-        if values.shape != ids.shape:
-            raise BadInputError(f"{name} shape {tuple(values.shape)} differs from input_ids {tuple(ids.shape)}",
-                                "pass what the tokenizer returned")
-        return values.to(device=self.device, dtype=torch.long)
 
     def run(self, inputs: TextInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
             attention: str = "sdpa", position=None, **options) -> TextForward:

@@ -1,0 +1,55 @@
+"""Checks of a language model's inputs, shared by every text twin: token ids, attention masks and other per-token
+tensors, each bad input a one-line :class:`~palrp_bench.errors.BadInputError` naming the fix."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import BadInputError
+
+__all__ = ["token_batch", "per_token", "attention_mask_of"]
+
+
+def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device) -> torch.Tensor:
+    """``input_ids`` (``[B, T]`` or ``[T]``, any integer tensor-like) as a long tensor ``[B, T]`` on ``device``;
+    refuses other shapes and dtypes, empty inputs, sequences longer than ``max_positions`` and ids outside the
+    vocabulary."""
+    if not isinstance(input_ids, torch.Tensor):
+        input_ids = torch.as_tensor(input_ids)
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+        raise BadInputError(f"input_ids must be an integer tensor [batch, tokens], got {tuple(input_ids.shape)} "
+                            f"{input_ids.dtype}", "tokenize the text first (tokenizer(text, return_tensors='pt'))")
+    if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
+        raise BadInputError("empty input (no tokens)", "pass at least one token (a non-empty text)")
+    if max_positions is not None and input_ids.shape[1] > max_positions:
+        raise BadInputError(f"sequence of {input_ids.shape[1]} tokens is longer than the model context "
+                            f"({max_positions})", f"truncate to at most {max_positions} tokens")
+    if int(input_ids.max()) >= vocab_size or int(input_ids.min()) < 0:
+        raise BadInputError(f"token id out of range for a vocabulary of {vocab_size}",
+                            "use the tokenizer that belongs to this model")
+    return input_ids.to(device=device, dtype=torch.long)
+
+
+def per_token(values, ids: torch.Tensor, name: str) -> torch.Tensor:
+    """A per-token tensor (``token_type_ids``, ...) shaped like ``ids``, as long on ``ids``' device."""
+    values = torch.as_tensor(values)
+    if values.dim() == 1:
+        values = values[None]
+    if values.shape != ids.shape:
+        raise BadInputError(f"{name} shape {tuple(values.shape)} differs from input_ids {tuple(ids.shape)}",
+                            "pass what the tokenizer returned")
+    return values.to(device=ids.device, dtype=torch.long)
+
+
+def attention_mask_of(attention_mask, ids: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask (``None`` stays ``None``): shaped like ``ids``, only 0 and 1, at least one real token per
+    sample."""
+    if attention_mask is None:
+        return None
+    mask = per_token(attention_mask, ids, "attention_mask")
+    if bool(((mask != 0) & (mask != 1)).any()):
+        raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
+    if bool((mask.sum(-1) == 0).any()):
+        raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
+    return mask
