@@ -38,7 +38,9 @@ def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
 def _stabilizers(twin, model, choice: str | Stabilizers | None, protocol: str) -> Stabilizers:
     """The epsilon-rule stabilisers of this explanation (:func:`palrp_bench.lrp.stabilizers.resolve_stabilizers`
     with the twin's official set; twins without one take none)."""
-    families = "; ".join(cls.family() for cls in TWINS if getattr(cls, "official_stabilizers", None) is not None)
+    def families() -> str:  # named only in the refusal
+        return "; ".join(cls.family() for cls in TWINS if getattr(cls, "official_stabilizers", None) is not None)
+
     return resolve_stabilizers(choice, protocol=protocol, official=getattr(twin, "official_stabilizers", None),
                                model=type(model).__name__, families=families)
 

@@ -64,6 +64,13 @@ class Composite:
     def __hash__(self):  # dict field: hash by name (composites are registered by unique name)
         return hash(self.name)
 
+    @property
+    def ungated_activation(self) -> str:
+        """Rule of an activation with no gated product after it (GELU/ReLU MLPs, a pooler's tanh). CP-LRP's "gates
+        are constants" then holds the activation's self-gate ``f(x) / x`` constant, which is the identity rule (as
+        lxt's CP-LRP map for ungated MLPs); every other composite keeps its activation rule."""
+        return "identity" if self.activation == "constant" else self.activation
+
     def gamma_for(self, role: str) -> float | None:
         """Gamma for a linear layer role (``head``, ``mlp``, ``patch_embed``, ...), or None for epsilon."""
         return self.linear_gamma.get(role)

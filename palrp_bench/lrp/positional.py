@@ -353,7 +353,6 @@ class Rope2D(PositionalKind):
     sinks = "one (cos, sin) leaf pair of the patch tokens per layer"
     rule = "uniform rule on x*cos and rot(x)*sin of the patch tokens (paper Eq. 10)"
     identity = "R(cos_k) + R(sin_k) = (R(q~_k) + R(k~_k)) / 2 over the patch tokens, per layer k"
-    LAYOUTS = ("interleaved", "half")
 
     @staticmethod
     def layer_sinks(cos: torch.Tensor, sin: torch.Tensor, batch: int, enabled: bool

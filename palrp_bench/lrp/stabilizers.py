@@ -25,6 +25,7 @@ baselines that are not one LRP pass always get :data:`NONE`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Callable
 
 from ..errors import BadInputError
 
@@ -107,13 +108,13 @@ def default_stabilizers(choice: str | None, protocol: str) -> str:
 
 
 def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers | None,
-                        model: str = "this model", families: str = "") -> Stabilizers:
+                        model: str = "this model", families: Callable[[], str] | str = "") -> Stabilizers:
     """The stabilisers of one explanation: ``None`` -> the protocol's default; ``"official"`` -> ``official`` (the
     model family's official set); ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through.
 
     ``official=None``: the official code has no counterpart for the family (``model`` names it): the protocol's
     default is then :data:`NONE`, while an explicit ``"official"`` or a set with a non-zero eps is refused with one
-    line naming the ``families`` that have an official set.
+    line naming the ``families`` that have an official set (a string, or a function giving it, called only then).
     """
     explicit = choice is not None
     if choice is None:
@@ -129,5 +130,6 @@ def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, offi
     if official is None and (resolved is None or resolved.active):
         name = choice if isinstance(choice, str) else choice.name
         raise BadInputError(f"stabilizers={name!r} has no counterpart for {model}: the official code's stabilisers "
-                            f"exist for {families or 'other families'} only", "use stabilizers='none' or leave it unset")
+                            f"exist for {(families() if callable(families) else families) or 'other families'} only",
+                            "use stabilizers='none' or leave it unset")
     return resolved if resolved is not None else NONE

@@ -32,7 +32,8 @@ from ..lrp.composites import Composite
 from ..lrp.positional import LearnedAbsolute, PositionalRelevance
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
-from .text_twin import TextForward, TextInputs, TextTwin, key_padding_mask, mlp_activation_rule
+from .text_twin import TextForward, TextInputs, TextTwin
+from .token_inputs import key_padding_mask
 
 __all__ = ["BertTwin", "RobertaTwin"]
 
@@ -112,7 +113,7 @@ class EncoderTwin(TextTwin):
         out = layer.attention.output
         x = self.norm(out.LayerNorm, out.dense(o.transpose(1, 2).reshape(b, t, -1)) + x, composite)
         h = rules.activation(layer.intermediate.dense(x), layer.intermediate.intermediate_act_fn,
-                             mlp_activation_rule(composite))
+                             composite.ungated_activation)
         return self.norm(layer.output.LayerNorm, layer.output.dense(h) + x, composite)
 
     def positional_parts(self, inputs: TextInputs, attribution: Attribution, like: torch.Tensor
@@ -138,7 +139,7 @@ class BertTwin(EncoderTwin):
             self.predictions = model.cls.predictions
 
     def head_logits(self, hidden, composite):
-        rule = mlp_activation_rule(composite)
+        rule = composite.ungated_activation
         if self.is_classifier:
             pooled = rules.activation(self.pooler.dense(hidden), self.pooler.activation, rule)
             return self.classifier(pooled)
@@ -167,7 +168,7 @@ class RobertaTwin(EncoderTwin):
     def head_logits(self, hidden, composite):
         from transformers.activations import gelu
 
-        rule = mlp_activation_rule(composite)
+        rule = composite.ungated_activation
         if self.is_classifier:
             c = self.classifier_head
             return c.out_proj(rules.activation(c.dense(hidden), torch.tanh, rule))

@@ -28,7 +28,8 @@ from ..lrp.composites import Composite
 from ..lrp.positional import ALiBi, PositionalRelevance
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
-from .text_twin import TextForward, TextInputs, TextTwin, key_padding_mask, mlp_activation_rule
+from .text_twin import TextForward, TextInputs, TextTwin
+from .token_inputs import key_padding_mask
 
 __all__ = ["BloomTwin"]
 
@@ -111,7 +112,7 @@ class BloomTwin(TextTwin):
         residual = h if self.post_norm_residual else x
         mlp = layer.mlp
         return mlp.dense_4h_to_h(rules.activation(mlp.dense_h_to_4h(h), mlp.gelu_impl,
-                                                  mlp_activation_rule(composite))) + residual
+                                                  composite.ungated_activation)) + residual
 
     def positional_parts(self, inputs: TextInputs, attribution: Attribution, like: torch.Tensor
                          ) -> tuple[PositionalRelevance, dict]:

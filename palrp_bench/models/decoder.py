@@ -40,7 +40,7 @@ from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
-from .token_inputs import attention_mask_of, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, token_batch
 from .registry import discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
@@ -437,8 +437,6 @@ class DecoderTwin:
         spec = self.spec
         if spec.norm == "layer":
             y = rules.layer_norm(x, module.weight, module.bias, _norm_eps(module, spec), composite.norm)
-        elif spec.norm_offset == 0.0 and not spec.norm_weight_before_cast:
-            y = rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm)
         else:
             y = rules.rms_norm(x, module.weight, _norm_eps(module, spec), composite.norm, offset=spec.norm_offset,
                                weight_before_cast=spec.norm_weight_before_cast)
@@ -496,10 +494,7 @@ class DecoderTwin:
             return rules.stabilize(getattr(mlp, name)(x), stab.linear)
 
         if spec.mlp == "plain":
-            # no second operand to carry relevance past the activation: CP-LRP's constant gate is f(x)/x, i.e. the
-            # identity rule (as lxt's CP-LRP map for ungated MLPs)
-            rule = "identity" if composite.activation == "constant" else composite.activation
-            out = linear(spec.down_proj, rules.activation(linear(spec.up_proj, h), act, rule))
+            out = linear(spec.down_proj, rules.activation(linear(spec.up_proj, h), act, composite.ungated_activation))
         else:
             if spec.fused_gate_up is not None:
                 gate, up = linear(spec.fused_gate_up, h).chunk(2, dim=-1)
@@ -537,14 +532,7 @@ def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, cau
     the two differ by a constant per sample among real tokens.
     """
     t = attention_mask.shape[1]
-    padded = not bool(attention_mask.all())
-    if window is None and not padded:
-        return None
-    mask = None
-    if padded:
-        keys = attention_mask.bool()[:, None, None, :]
-        eye = torch.eye(t, dtype=torch.bool, device=attention_mask.device)[None, None]
-        mask = keys | eye
+    mask = key_padding_mask(attention_mask)
     if window is not None:
         i = torch.arange(t, device=attention_mask.device)
         offset = i[:, None] - i[None, :]

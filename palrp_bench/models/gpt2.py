@@ -26,7 +26,8 @@ from ..lrp.composites import Composite
 from ..lrp.positional import LearnedAbsolute, PositionalRelevance
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
-from .text_twin import TextForward, TextInputs, TextTwin, key_padding_mask, mlp_activation_rule
+from .text_twin import TextForward, TextInputs, TextTwin
+from .token_inputs import key_padding_mask
 
 __all__ = ["Gpt2Twin", "OptTwin"]
 
@@ -124,7 +125,7 @@ class Gpt2Twin(LearnedPositionDecoder):
         x = x + attn.c_proj(self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder))
         h = self.norm(layer.ln_2, x, composite)
         mlp = layer.mlp
-        return x + mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, mlp_activation_rule(composite)))
+        return x + mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, composite.ungated_activation))
 
 
 @register_twin
@@ -175,5 +176,5 @@ class OptTwin(LearnedPositionDecoder):
         if not self.pre_norm:
             x = self.norm(layer.self_attn_layer_norm, x, composite)
         h = self.norm(layer.final_layer_norm, x, composite) if self.pre_norm else x
-        x = x + layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn, mlp_activation_rule(composite)))
+        x = x + layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn, composite.ungated_activation))
         return x if self.pre_norm else self.norm(layer.final_layer_norm, x, composite)

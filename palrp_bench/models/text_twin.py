@@ -10,7 +10,6 @@ re-implements the wiring with the rules of :mod:`palrp_bench.lrp.rules` (registr
   (:meth:`TextTwin.explained_index`), the parts the token aggregations read (:meth:`TextTwin.summarize`) and the
   one-line refusal of configurations a family does not reproduce;
 * :func:`key_padding_mask`: the boolean attention mask of a padded batch;
-* :func:`mlp_activation_rule`: the rule of an ungated MLP activation under a composite.
 
 The explained output (docs/protocol.md section 1): causal LMs the next-token logits at the last real position;
 sequence classifiers their pooled logits (decoders pool the last real token, BERT / RoBERTa the first, [CLS]);
@@ -30,9 +29,9 @@ from ..lrp import rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
-from .token_inputs import attention_mask_of, per_token, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, per_token, token_batch
 
-__all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin", "key_padding_mask", "mlp_activation_rule"]
+__all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin"]
 
 #: Hugging Face head classes a text twin explains, by class-name suffix
 HEADS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForSequenceClassification": "classifier",
@@ -43,24 +42,6 @@ def head_kind(model) -> str | None:
     """``causal`` / ``classifier`` / ``masked_lm`` from the model class name, or None for other heads."""
     name = type(model).__name__
     return next((kind for suffix, kind in HEADS.items() if name.endswith(suffix)), None)
-
-
-def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
-    """Boolean ``[B, 1, T, T]`` mask (True = attend) hiding padded keys, or None when nothing is padded.
-
-    Every query row keeps its own position, so a padding row is never empty (no NaN); padding rows never reach a
-    real token because their keys are hidden."""
-    if bool(attention_mask.all()):
-        return None
-    keys = attention_mask.bool()[:, None, None, :]
-    eye = torch.eye(attention_mask.shape[1], dtype=torch.bool, device=attention_mask.device)[None, None]
-    return keys | eye
-
-
-def mlp_activation_rule(composite: Composite) -> str:
-    """Rule of an ungated MLP activation (GELU, ReLU, the pooler's tanh). CP-LRP's "gates are constants" holds the
-    self-gate ``f(x) / x`` constant, which for an ungated activation is the identity rule (as for the ViT)."""
-    return "identity" if composite.activation == "constant" else composite.activation
 
 
 @dataclass

@@ -1,12 +1,13 @@
-"""Checks of a language model's inputs, shared by every text twin: token ids, attention masks and other per-token
-tensors, each bad input a one-line :class:`~palrp_bench.errors.BadInputError` naming the fix."""
+"""A language model's inputs, shared by every text twin: checks of token ids, attention masks and other per-token
+tensors (each bad input a one-line :class:`~palrp_bench.errors.BadInputError` naming the fix), and the key-padding
+mask the attention rule takes."""
 from __future__ import annotations
 
 import torch
 
 from ..errors import BadInputError
 
-__all__ = ["token_batch", "per_token", "attention_mask_of"]
+__all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask"]
 
 
 def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device) -> torch.Tensor:
@@ -53,3 +54,15 @@ def attention_mask_of(attention_mask, ids: torch.Tensor) -> torch.Tensor | None:
     if bool((mask.sum(-1) == 0).any()):
         raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
     return mask
+
+
+def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """Boolean ``[B, 1, T, T]`` mask (True = attend) hiding padded keys, or None when nothing is padded.
+
+    Every query row keeps its own position, so a padding row is never empty (no NaN); padding rows never reach a
+    real token because their keys are hidden."""
+    if bool(attention_mask.all()):
+        return None
+    keys = attention_mask.bool()[:, None, None, :]
+    eye = torch.eye(attention_mask.shape[1], dtype=torch.bool, device=attention_mask.device)[None, None]
+    return keys | eye

@@ -246,12 +246,6 @@ class VitTwin:
                                 f"DeiT/ViT roles are: {', '.join(GAMMA_ROLES)}")
         return composite
 
-    @staticmethod
-    def activation_rule(composite: Composite) -> str:
-        """Rule for the MLP activation. A ViT MLP has no gated product; CP-LRP's "gates are constants" then means
-        the activation's self-gate ``f(x) / x`` is constant (``GELU(x) = x * Phi(x)``), which is the identity rule."""
-        return "identity" if composite.activation == "constant" else composite.activation
-
     def position_table(self, grid: tuple[int, int]) -> torch.Tensor:
         """The ``[1, N, D]`` position embedding used for a ``grid`` of patches (resampled as timm does for
         ``dynamic_img_size`` models; a fixed table otherwise)."""
@@ -343,7 +337,7 @@ class VitTwin:
     def _mlp(self, mlp, h, composite: Composite, stab: Stabilizers = NONE) -> torch.Tensor:
         gamma = composite.gamma_for("mlp")
         h = self._linear(mlp.fc1, h, gamma, stab)
-        h = rules.activation(h, mlp.act, self.activation_rule(composite))
+        h = rules.activation(h, mlp.act, composite.ungated_activation)
         return self._linear(mlp.fc2, h, gamma, stab)
 
     # ------------------------------------------------------------------ explanation protocol

@@ -164,10 +164,10 @@ def _official_softmax_weights(scores, dtype):
     return _OfficialFloat32Softmax.apply(scores, dtype)
 
 
-def _official_rms_norm(x, weight, eps, rule):
+def _official_rms_norm(x, weight, eps, rule, *, offset=0.0, weight_before_cast=False):
     """The official ``rms_norm_identity_fn``: forward as Hugging Face's LlamaRMSNorm (float32 statistics and
     product, cast back, times the weight); the relevance of the output passes to the input unchanged."""
-    assert rule == "identity"
+    assert rule == "identity" and offset == 0.0 and not weight_before_cast  # LLaMA's norm
     h = x.float()
     y = (weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)).detach()
     xd = x.detach()
