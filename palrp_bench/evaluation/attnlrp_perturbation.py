@@ -35,6 +35,7 @@ import torch
 from ..errors import BadInputError
 from ..metrics.delta_a import PROCESSES, curve_area
 from ..rundir import SCALAR
+from .nlp_perturbation import TextReadout, check_right_padded
 
 #: the process the AttnLRP paper reports for language models (its Tables 6-8) and for the ViT (its Table 5)
 TEXT_PROCESS = "insertion"
@@ -117,30 +118,20 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
 
 
 # --------------------------------------------------------------------------------------------------- models
-def _text_head(model):
-    """Sequence classifier: its ``score`` layer; causal LM: its output embeddings."""
-    head = getattr(model, "score", None)
-    return head if isinstance(head, torch.nn.Module) else model.get_output_embeddings()
-
-
 def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, scores: torch.Tensor,
                        targets, *, process: str = "insertion", max_steps: int | None = None,
                        batch_size: int | None = None) -> list[LogitCurves]:
-    """Curves of every sample of a right-padded batch of a Hugging Face decoder (``*ForSequenceClassification``
-    or ``*ForCausalLM``, logits read at the last real token): features = real tokens, a perturbed token's input
-    embedding is zero. ``scores`` ``[B, T]``, ``targets`` ``[B]`` explained class / token ids."""
-    if getattr(model, "training", False):
-        raise BadInputError("the model is in training mode", "call model.eval() before evaluating")
+    """Curves of every sample of a right-padded batch of a Hugging Face text model (``*ForSequenceClassification``
+    or ``*ForCausalLM``, logits read as the PA-LRP protocol reads them: :class:`TextReadout`, e.g. at the last real
+    token, soft-capped where the model caps): features = real tokens, a perturbed token's input embedding is zero. ``scores`` ``[B, T]``, ``targets`` ``[B]`` explained class / token ids."""
+    readout = TextReadout.of(model)
     ids = torch.as_tensor(input_ids).long()
     mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask).long()
-    weight = model.get_input_embeddings().weight
-    device = weight.device
-    head, body = _text_head(model), model.base_model
+    device = model.get_input_embeddings().weight.device
     curves = []
     for b in range(ids.shape[0]):
+        check_right_padded(mask[b], b)
         n = int(mask[b].sum())
-        if bool(mask[b, :n].eq(0).any()) or bool(mask[b, n:].ne(0).any()):
-            raise BadInputError(f"sample {b} is not right-padded", "pad on the right (tokenizer.padding_side='right')")
         with torch.no_grad():
             embeds = model.get_input_embeddings()(ids[b:b + 1, :n].to(device))  # [1, n, D]
         target = int(targets[b])
@@ -148,9 +139,8 @@ def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Ten
         @torch.no_grad()
         def forward(keep: torch.Tensor, embeds=embeds, target=target, n=n) -> torch.Tensor:
             x = embeds * keep.to(device=device, dtype=embeds.dtype)[:, :, None]
-            hidden = body(inputs_embeds=x, attention_mask=torch.ones(keep.shape, dtype=torch.long, device=device),
-                          use_cache=False).last_hidden_state
-            return head(hidden[:, n - 1])[:, target].double()
+            rows = torch.ones(keep.shape, dtype=torch.long, device=device)
+            return readout(rows, torch.full((keep.shape[0],), n - 1), inputs_embeds=x)[:, target].double()
 
         curves.append(logit_curves(forward, scores[b, :n].detach().double().cpu().numpy(), process, max_steps,
                                    batch_size))

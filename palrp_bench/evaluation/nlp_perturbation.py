@@ -69,6 +69,8 @@ from ..protocol import check_protocol
 
 __all__ = [
     "PerturbationTask",
+    "TextReadout",
+    "check_right_padded",
     "PerturbationSettings",
     "TASKS",
     "VARIANTS",
@@ -307,6 +309,33 @@ def _output_head(model, task: PerturbationTask) -> torch.nn.Module | None:
     return head
 
 
+class TextReadout:
+    """The logits the perturbation protocols read from a Hugging Face text model at each row's last real position
+    (docs/protocol.md section 2): the head applied to the hidden state there, soft-capped as the model caps its own
+    output (Gemma), or the whole model for a sequence classifier that pools by itself (BERT, RoBERTa). Built once
+    per model; checks that the model fits ``task`` and is in eval mode. Shared by this module and the AttnLRP
+    paper's protocol (:mod:`palrp_bench.evaluation.attnlrp_perturbation`)."""
+
+    def __init__(self, model, task: PerturbationTask):
+        _check_model(model, task)
+        self.model, self.head, self.cap = model, _output_head(model, task), _final_softcap(model, task)
+
+    @classmethod
+    def of(cls, model) -> "TextReadout":
+        """The read-out of ``model`` by its head: a sequence classifier's classes, else the next-token logits."""
+        classifier = type(model).__name__.endswith("ForSequenceClassification")
+        return cls(model, TASKS["imdb" if classifier else "wikipedia"])
+
+    def __call__(self, attention_mask: torch.Tensor, last: torch.Tensor, **inputs) -> torch.Tensor:
+        """``[R, C]`` logits of rows given by ``inputs`` (``input_ids=`` or ``inputs_embeds=``) and
+        ``attention_mask`` (2D, or the 4D non-causal mask), read at the positions ``last`` ``[R]``."""
+        if self.head is None:  # a classifier with its own pooling
+            return self.model(attention_mask=attention_mask, **inputs).logits
+        hidden = self.model.base_model(attention_mask=attention_mask, use_cache=False, **inputs).last_hidden_state
+        logits = self.head(hidden[torch.arange(hidden.shape[0], device=hidden.device), last.to(hidden.device)])
+        return logits if self.cap is None else torch.tanh(logits / self.cap) * self.cap
+
+
 def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: bool = True,
                    batch_size: int | None = None, show_progress: bool = False) -> torch.Tensor:
     """Logits the perturbation protocol reads for each row: ``[R, C]`` (classifier) or ``[R, V]`` (causal LM).
@@ -321,18 +350,15 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
     dropped: they cannot reach the read-out position. Returns float32 on the CPU, computed without gradients.
     """
     spec = _task(task)
-    _check_model(model, spec)
+    readout = TextReadout(model, spec)
     ids = _as_2d("input_ids", input_ids).long().cpu()
     mask = (torch.ones_like(ids) if attention_mask is None
             else _as_2d("attention_mask", attention_mask, tuple(ids.shape)).long().cpu())
     for index in range(ids.shape[0]):
-        _check_right_padded(mask[index], index)
+        check_right_padded(mask[index], index)
     if spec.head == "classifier" and not causal:
         raise BadInputError("causal=False is not defined for task 'imdb'", "drop causal=False")
     device, dtype = _model_device_and_dtype(model)
-    head = _output_head(model, spec)
-    cap = _final_softcap(model, spec)
-    body = model.base_model
     chunk = batch_size or ids.shape[0]
     outputs = []
     starts = range(0, ids.shape[0], chunk)
@@ -349,11 +375,8 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
                 allowed = real.bool()[:, None, None, :].expand(-1, 1, width, width).to(device)
                 attention = torch.zeros(allowed.shape, dtype=dtype, device=device)
                 attention.masked_fill_(~allowed, torch.finfo(dtype).min)
-            if head is None:  # a classifier with its own pooling
-                outputs.append(model(input_ids=rows.to(device), attention_mask=attention).logits.float().cpu())
-                continue
             try:
-                hidden = body(input_ids=rows.to(device), attention_mask=attention, use_cache=False).last_hidden_state
+                logits = readout(attention, last, input_ids=rows.to(device))
             except (ValueError, IndexError, RuntimeError) as err:
                 if causal:
                     raise
@@ -361,10 +384,6 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
                 raise UnsupportedModelError(f"causal=False (the official non-causal runs) needs a model whose forward "
                                             f"takes a 4D attention mask; {type(model).__name__} does not "
                                             f"({type(err).__name__})", "use the causal task") from None
-            pooled = hidden[torch.arange(rows.shape[0], device=hidden.device), last.to(hidden.device)]
-            logits = head(pooled)
-            if cap is not None:
-                logits = torch.tanh(logits / cap) * cap
             outputs.append(logits.float().cpu())
     return torch.cat(outputs, dim=0)
 
@@ -377,7 +396,8 @@ def _final_softcap(model, task: PerturbationTask) -> float | None:
     return getattr(model.config, "final_logit_softcapping", None)
 
 
-def _check_right_padded(real: torch.Tensor, index: int) -> None:
+def check_right_padded(real: torch.Tensor, index: int) -> None:
+    """A one-line error unless row ``index`` of an attention mask is real tokens followed by padding."""
     if int(real.sum()) == 0:
         raise BadInputError(f"sample {index} is all padding", "drop empty texts before evaluation")
     if bool((real[1:] > real[:-1]).any()):
@@ -457,7 +477,7 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
     row_masks: list[torch.Tensor] = []
     plans: list[_SamplePlan] = []
     for b in range(batch):
-        _check_right_padded(real[b], b)
+        check_right_padded(real[b], b)
         positions = _replaceable_positions(ids[b], real[b].bool(), spec, settings, b, bos_id)
         generation, pruning = _perturbed_copies(ids[b], positions, score_np[b], unk, spec, settings)
         first = len(rows)

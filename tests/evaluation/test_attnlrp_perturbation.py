@@ -108,3 +108,23 @@ def test_pixel_curves_against_a_hand_loop_on_the_library_model():
         assert c.morf[0] == c.lerf[0] and c.morf[-1] == c.lerf[-1]
         a_morf, a_lerf = c.areas()
         assert a_morf == pytest.approx(curve_area(c.morf, counts / 1024))
+
+
+@pytest.mark.parametrize("family, head", [("gemma2", "causal"), ("bert", "classifier")])
+def test_text_curves_read_the_logit_the_model_outputs(family, head):
+    """The full-input end of a curve is the model's own logit, read as the PA-LRP protocol reads it: Gemma 2's final
+    soft-capping applied, BERT's classifier pooling its first token (TextReadout, shared with nlp_perturbation)."""
+    if family == "gemma2":
+        from models.tiny_families import make_model, random_ids as family_ids
+
+        model, ids = make_model("gemma2", "causal", final_logit_softcapping=3.0), family_ids(1, 6)
+        assert model.config.final_logit_softcapping == 3.0
+        own = model(ids).logits[0, -1]
+    else:
+        from models.families import make_text, random_ids as family_ids
+
+        model, ids = make_text("bert", "classifier", dtype=torch.float32), family_ids(1, 6)
+        own = model(ids).logits[0]
+    target = int(own.argmax())
+    (curves,) = token_logit_curves(model, ids, None, torch.arange(6.0)[None], [target], process="insertion")
+    assert curves.morf[-1] == pytest.approx(float(own[target]), rel=1e-5, abs=1e-6)
