@@ -27,9 +27,9 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import BadInputError
-from .registry import MetricSource, MetricSpec, register_metric
+from .registry import MetricSource, MetricSpec, register_metric, sample_mean
 
-__all__ = ["PROCESSES", "curve_area", "delta_a", "mean_area"]
+__all__ = ["PROCESSES", "curve_area", "delta_a"]
 
 #: perturbation processes of the AttnLRP paper's appendix B.2
 PROCESSES = ("flipping", "insertion")
@@ -60,12 +60,6 @@ def delta_a(components) -> np.ndarray | float:
     return float(out) if np.ndim(out) == 0 else out
 
 
-def mean_area(components) -> np.ndarray | float:
-    """Sample mean of one per-sample area ``[..., n, 1]``."""
-    out = np.asarray(components, dtype=np.float64)[..., 0].mean(axis=-1)
-    return float(out) if np.ndim(out) == 0 else out
-
-
 _CONVENTION = "per-sample trapezoid over the fraction of perturbed features, mean over samples"
 register_metric(MetricSpec(
     "delta_a", True, _CONVENTION + "; flipping: A_LeRF - A_MoRF, insertion: A_MoRF - A_LeRF",
@@ -76,8 +70,8 @@ register_metric(MetricSpec(
 register_metric(MetricSpec(
     "a_morf", MappingProxyType({"flipping": False, "insertion": True}), _CONVENTION,
     "area under the explained logit, most relevant features first (AttnLRP paper Eq. 31)", "B.2", "logit",
-    PROCESSES, (MetricSource(("a_morf",)),), mean_area))
+    PROCESSES, (MetricSource(("a_morf",)),), sample_mean))
 register_metric(MetricSpec(
     "a_lerf", MappingProxyType({"flipping": True, "insertion": False}), _CONVENTION,
     "area under the explained logit, least relevant features first (AttnLRP paper Eq. 31)", "B.2", "logit",
-    PROCESSES, (MetricSource(("a_lerf",)),), mean_area))
+    PROCESSES, (MetricSource(("a_lerf",)),), sample_mean))

@@ -46,7 +46,7 @@ from ..errors import BadInputError
 from ..protocol import check_protocol
 from .auc import VISION_STEPS, area_under_mean_curve, as_curves
 from .maps import as_map_batch, minmax_per_image
-from .registry import MetricSource, MetricSpec, register_metric
+from .registry import MetricSource, MetricSpec, register_metric, sample_mean
 
 __all__ = ["VISION_FRACTIONS", "TIE_BREAKS", "PROTOCOL_TIE_BREAK", "resolve_tie_break", "step_pixel_counts",
            "perturbation_auc", "pixel_order", "pixel_ranks", "topk_removed", "perturbation_masks",
@@ -189,10 +189,6 @@ def tied_pixel_share(maps: torch.Tensor) -> torch.Tensor:
     return tied.double().mean(dim=1)
 
 
-def _mean_share(components: np.ndarray) -> np.ndarray:
-    return np.mean(components[..., 0], axis=-1)
-
-
 #: positive perturbation removes the most relevant pixels first (lower is better), negative the least (higher)
 _DIRECTION = MappingProxyType({"positive": False, "negative": True})
 
@@ -206,4 +202,4 @@ register_metric(MetricSpec("auc_target", _DIRECTION, VISION_STEPS.describe() + "
 register_metric(MetricSpec("tied_pixel_share", None, "mean over samples of the per-map share of tied pixels",
                            "share of pixels whose normalised value ties with another pixel of the map "
                            "(what the pixel-perturbation tie-break decides), per map kind", "3", "",
-                           ("predicted", "target"), (MetricSource(("tied_pixel_share",)),), _mean_share))
+                           ("predicted", "target"), (MetricSource(("tied_pixel_share",)),), sample_mean))

@@ -29,7 +29,7 @@ from ..discovery import import_package_modules
 from ..errors import BadInputError
 
 __all__ = ["MetricSource", "MetricSpec", "METRICS", "EACH_VARIANT", "register_metric", "metric_specs", "get_metric",
-           "higher_is_better", "curve_inputs"]
+           "higher_is_better", "curve_inputs", "sample_mean"]
 
 #: ``MetricSource.variant`` value meaning "every variant present in the rows, kept as is"
 EACH_VARIANT = "*"
@@ -69,6 +69,13 @@ class MetricSpec:
 
 
 METRICS: dict[str, MetricSpec] = {}
+
+
+def sample_mean(components) -> np.ndarray | float:
+    """Sample mean of one per-sample value ``[..., n, 1]`` (a per-sample area, a per-sample share): the compute
+    function of every table metric that is a plain mean over samples."""
+    out = np.asarray(components, dtype=np.float64)[..., 0].mean(axis=-1)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def register_metric(spec: MetricSpec) -> MetricSpec:

@@ -144,7 +144,7 @@ class Job:
 
 
 #: the twin modality of each model kind (``Method.modalities``)
-MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens"}
+MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens", "masked_lm": "tokens"}
 
 
 def _to_object(node, schema):

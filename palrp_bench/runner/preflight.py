@@ -35,7 +35,7 @@ from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, WEIGHT_FIL
 from .devices import DevicePlan
 from .plan import Cell
 
-__all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight", "missing_requirements",
+__all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
            "check_requirements", "HUB_DATASETS"]
 
 #: hub datasets and the repository they come from (``task.path`` unset)
@@ -344,6 +344,7 @@ def _hub_checks(needs: list[_HubNeed], found: Preflight) -> None:
     else:
         found.hub = "unreachable"
     endpoint = hub_endpoint()
+    access_of: dict[tuple[str, str], str] = {}  # one bounded probe per repository, however many models need it
     for need in needs:
         offline = hub_offline(need.repo_type) or found.hub == "unreachable"
         if need.cached and not (found.hub == "online" and need.check_access):
@@ -357,7 +358,10 @@ def _hub_checks(needs: list[_HubNeed], found: Preflight) -> None:
                       f"{need.fix}, or download it once on a machine with network (same cache: HF_HOME)")
             continue
         if need.check_access:
-            access = hub_access(need.repo, need.repo_type)
+            key = (need.repo, need.repo_type)
+            if key not in access_of:
+                access_of[key] = hub_access(*key)
+            access = access_of[key]
             if access == ACCESS_GATED:
                 found.add(f"{need.what}: gated on the hub and this machine's token has no access",
                           f"request access on {endpoint}/{need.repo}, then log in (`hf auth login` or HF_TOKEN); "
@@ -395,12 +399,6 @@ def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[st
         unique.setdefault((need.repo, need.repo_type, need.what), need)
     _hub_checks(list(unique.values()), found)
     return found
-
-
-def missing_requirements(cells: list[Cell], devices: DevicePlan,
-                         selected: frozenset[str] | set[str] = frozenset()) -> list[tuple[str, str]]:
-    """Everything the cells need that this machine lacks, as ``(item, fix)`` (empty = ready)."""
-    return [(p.item, p.fix) for p in run_preflight(cells, devices, selected).problems]
 
 
 def check_requirements(cells: list[Cell], devices: DevicePlan, what: str,

@@ -109,3 +109,11 @@ def test_cell_settings_exclude_what_does_not_change_values(tmp_path):
     c = plan_cells(compose_cfg(tmp_path, "model=llama3_8b", "task=wikipedia", "method=pa_lrp", "protocol=corrected"))[0]
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
     assert a.task.kind == "next_token"
+
+
+@pytest.mark.parametrize("kind", ["classifier", "masked_lm"])
+def test_a_pixels_only_method_on_any_text_head_is_refused_when_planning(tmp_path, kind):
+    cfg = compose_cfg(tmp_path / "run", "model=bert_base", f"model.kind={kind}", "task=synthetic_sentiment",
+                      "method=attnlrp_gamma_b4")
+    with pytest.raises(BadInputError, match="defined for pixels models, not tokens"):
+        plan_cells(cfg)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from ...discovery import Registry
 from .base import JobContext, ModelBundle, SampleResult, TaskAdapter, nonfinite_result
 
-__all__ = ["TASK_KINDS", "register_task", "task_adapter", "task_kinds", "JobContext", "ModelBundle",
+__all__ = ["TASK_KINDS", "register_task", "task_adapter", "JobContext", "ModelBundle",
            "SampleResult", "TaskAdapter", "nonfinite_result"]
 
 #: task kind -> adapter class
@@ -35,11 +35,6 @@ TASK_KINDS = Registry("task kind", "task.kind", __name__)
 def register_task(kind: str):
     """Class decorator: the adapter evaluating tasks of ``kind``."""
     return TASK_KINDS.register(kind)
-
-
-def task_kinds() -> list[str]:
-    """Every registered task kind (imports the modules of this package once)."""
-    return TASK_KINDS.names()
 
 
 def task_adapter(kind: str) -> TaskAdapter:
