@@ -22,7 +22,6 @@ checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``extras
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,25 +88,12 @@ def input_of(twin, prepared) -> torch.Tensor:
     return prepared.pixels.detach()
 
 
-@contextmanager
-def _embeddings_from(twin, x: torch.Tensor):
-    """Token twins build their input leaf with ``twin.embed(input_ids)``; inside this block (on this twin object
-    only, never on a library class) that call returns ``x`` instead, so the forward runs from ``x`` and gradients
-    reach it."""
-    twin.embed = lambda input_ids: x
-    try:
-        yield
-    finally:
-        del twin.embed
-
-
 def forward_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options):
     """The twin's forward record (``.logits`` ``[B, C]`` at the explained position) from the input ``x`` (shape of
     :func:`input_of`) with the rows of ``prepared`` (attention mask, explained position); under ``grad_x_input``
     this is the library's own function (the twins' parity tests). ``options``: the twin's forward options."""
     if twin.modality == "tokens":
-        with _embeddings_from(twin, x):
-            return twin.run(prepared, composite, positional_sinks=False, **options)
+        return twin.run(dataclasses.replace(prepared, embeds=x), composite, positional_sinks=False, **options)
     return twin.forward(x, composite, **options)
 
 

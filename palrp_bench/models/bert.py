@@ -90,7 +90,7 @@ class EncoderTwin(TextTwin):
         ids, mask = inputs.input_ids, inputs.mask
         b = ids.shape[0]
         types = inputs.token_type_ids if inputs.token_type_ids is not None else torch.zeros_like(ids)
-        embeds = self.embed(ids)
+        embeds = self.embed_inputs(inputs)
         pos = self.positional.rows(self.position_embeddings.weight, self.count_positions(mask) + self.position_start)
         token_type = LearnedAbsolute.rows(self.type_embeddings.weight, types)
         x = self.norm(self.embed_norm, embeds + token_type + pos, composite)

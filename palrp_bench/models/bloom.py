@@ -77,7 +77,7 @@ class BloomTwin(TextTwin):
         rule = self.positional.check_rule(alibi_rule)
         ids, mask = inputs.input_ids, inputs.mask
         b, t = ids.shape
-        embeds = self.embed(ids)
+        embeds = self.embed_inputs(inputs)
         if positions is None:
             positions = self.positional.positions(mask)
         slopes = self.slopes()

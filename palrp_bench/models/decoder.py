@@ -263,6 +263,9 @@ class DecoderInputs:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor | None
     last_index: torch.Tensor
+    #: word embeddings ``[B, T, D]`` to run from instead of looking up ``input_ids`` (an attributor's perturbed or
+    #: interpolated input, :func:`palrp_bench.attributors.base.forward_from`); None = the lookup (the semantic sink)
+    embeds: torch.Tensor | None = None
 
 
 @register_twin
@@ -337,6 +340,11 @@ class DecoderTwin:
         """Input-embedding leaf: the semantic sink (:func:`~palrp_bench.lrp.attribution.embedding_sink`)."""
         return embedding_sink(self.embed_tokens, input_ids)
 
+    def embed_inputs(self, inputs) -> torch.Tensor:
+        """The embeddings a forward starts from: ``inputs.embeds`` when given, else the semantic-sink leaf of
+        ``inputs.input_ids``."""
+        return inputs.embeds if inputs.embeds is not None else self.embed(inputs.input_ids)
+
     def position_ids(self, attention_mask: torch.Tensor) -> torch.Tensor:
         """Positions counted over real tokens only, so left padding does not shift them (batch invariance)."""
         return real_token_positions(attention_mask)
@@ -367,8 +375,9 @@ class DecoderTwin:
 
     def run(self, inputs: DecoderInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
             attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> TwinOutput:
-        """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh embedding leaf)."""
-        return self.forward(self.embed(inputs.input_ids), inputs.attention_mask, inputs.last_index, composite,
+        """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh embedding leaf, or
+        ``inputs.embeds``)."""
+        return self.forward(self.embed_inputs(inputs), inputs.attention_mask, inputs.last_index, composite,
                             positional_sinks=positional_sinks, causal=causal, attention=attention,
                             stabilizers=stabilizers)
 

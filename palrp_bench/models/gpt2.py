@@ -61,7 +61,7 @@ class LearnedPositionDecoder(TextTwin):
         ``attention="eager"`` materialises the attention weights (same relevance; needed by ``recorder``)."""
         ids, mask = inputs.input_ids, inputs.mask
         b = ids.shape[0]
-        embeds = self.embed(ids)
+        embeds = self.embed_inputs(inputs)
         pos = self.positional.rows(self.position_table(), self.count_positions(mask) + self.position_offset)
         x = self.project_in(embeds) + pos
         attn_mask = key_padding_mask(mask)

@@ -54,6 +54,9 @@ class TextInputs:
     attention_mask: torch.Tensor | None
     token_type_ids: torch.Tensor | None
     explained_index: torch.Tensor | None
+    #: word embeddings ``[B, T, D]`` to run from instead of looking up ``input_ids`` (an attributor's perturbed or
+    #: interpolated input, :func:`palrp_bench.attributors.base.forward_from`); None = the lookup (the semantic sink)
+    embeds: torch.Tensor | None = None
 
     @property
     def mask(self) -> torch.Tensor:
@@ -153,6 +156,11 @@ class TextTwin:
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Word-embedding leaf: the semantic sink (:func:`~palrp_bench.lrp.attribution.embedding_sink`)."""
         return embedding_sink(self.embedding_table, input_ids)
+
+    def embed_inputs(self, inputs) -> torch.Tensor:
+        """The embeddings a forward starts from: ``inputs.embeds`` when given, else the semantic-sink leaf of
+        ``inputs.input_ids``."""
+        return inputs.embeds if inputs.embeds is not None else self.embed(inputs.input_ids)
 
     @staticmethod
     def count_positions(attention_mask: torch.Tensor) -> torch.Tensor:
