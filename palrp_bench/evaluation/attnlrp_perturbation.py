@@ -23,7 +23,8 @@ The paper reports flipping for the ViT (its Table 5) and insertion for the langu
 MoRF is flipping LeRF read backwards (same inputs), see ``tests/evaluation/test_attnlrp_perturbation.py``. The logit
 read is the explained output's (the class or next token the explanation is for), raw. Every perturbed input of a
 sample that appears twice (the shared endpoints) is evaluated once; ``batch_size`` rows go through one forward,
-built on the fly so memory is bounded by it. Areas: :func:`palrp_bench.metrics.delta_a.curve_area`.
+each chunk built only when it is evaluated, so memory is bounded by it.
+Areas: :func:`palrp_bench.metrics.delta_a.curve_area`.
 """
 from __future__ import annotations
 
@@ -72,18 +73,27 @@ def feature_order(scores) -> np.ndarray:
     return torch.sort(s, descending=True, stable=True).indices.numpy()
 
 
+def _ranks(order: np.ndarray) -> dict[str, np.ndarray]:
+    """Position of every feature in the MoRF and the LeRF ranking."""
+    out = {}
+    for name, ranking in (("morf", order), ("lerf", order[::-1])):
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[ranking] = np.arange(order.size)
+        out[name] = rank
+    return out
+
+
+def _keep(rank: np.ndarray, counts: np.ndarray, process: str) -> torch.Tensor:
+    """``[len(counts), N]`` bool: the features that keep their input value after perturbing the first ``n_k``."""
+    touched = rank[None, :] < counts[:, None]
+    return torch.from_numpy(~touched if process == "flipping" else touched)
+
+
 def perturbed_keep(order: np.ndarray, counts: np.ndarray, process: str) -> dict[str, torch.Tensor]:
     """Which features keep their input value at each step, ``{"morf": [S+1, N], "lerf": [S+1, N]}`` bool."""
     if process not in PROCESSES:
         raise BadInputError(f"unknown perturbation process {process!r}", f"use one of: {', '.join(PROCESSES)}")
-    n = order.size
-    out = {}
-    for name, ranking in (("morf", order), ("lerf", order[::-1])):
-        rank = np.empty(n, dtype=np.int64)
-        rank[ranking] = np.arange(n)
-        touched = rank[None, :] < counts[:, None]  # the first n_k features of the ranking
-        out[name] = torch.from_numpy(~touched if process == "flipping" else touched)
-    return out
+    return {name: _keep(rank, counts, process) for name, rank in _ranks(order).items()}
 
 
 @dataclass
@@ -106,15 +116,24 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
     scores = np.asarray(scores, dtype=np.float64)
     if not np.isfinite(scores).all():
         raise BadInputError("relevance scores contain NaN or inf", "check the explainer output before the protocol")
+    if process not in PROCESSES:
+        raise BadInputError(f"unknown perturbation process {process!r}", f"use one of: {', '.join(PROCESSES)}")
     counts = step_counts(scores.size, max_steps)
-    keep = perturbed_keep(feature_order(scores), counts, process)
-    stacked = torch.cat([keep["morf"], keep["lerf"]])
-    unique, inverse = torch.unique(stacked, dim=0, return_inverse=True)
-    chunk = batch_size or unique.shape[0]
-    values = torch.cat([forward(unique[i:i + chunk]).double().cpu() for i in range(0, unique.shape[0], chunk)])
-    values = values[inverse].numpy()
-    steps = counts.size
-    return LogitCurves(values[:steps], values[steps:], counts / scores.size)
+    ranks = _ranks(feature_order(scores))
+    # rows: every MoRF step, then the inner LeRF steps (both curves share their endpoints: nothing / everything
+    # perturbed); each chunk of rows is built only when it is evaluated
+    rows = [("morf", k) for k in range(counts.size)] + [("lerf", k) for k in range(1, counts.size - 1)]
+    chunk = batch_size or len(rows)
+    values = []
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        keep = torch.cat([_keep(ranks[name], counts[[k for n, k in part if n == name]], process)
+                          for name in ("morf", "lerf") if any(n == name for n, _ in part)])
+        values.append(forward(keep).double().cpu())
+    values = torch.cat(values).numpy()
+    morf = values[:counts.size]
+    lerf = np.concatenate([morf[:1], values[counts.size:], morf[-1:]])
+    return LogitCurves(morf, lerf, counts / scores.size)
 
 
 # --------------------------------------------------------------------------------------------------- models
