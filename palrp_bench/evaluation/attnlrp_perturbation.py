@@ -37,6 +37,7 @@ from ..errors import BadInputError
 from ..metrics.delta_a import PROCESSES, curve_area
 from ..rundir import SCALAR
 from .nlp_perturbation import TextReadout, check_right_padded
+from .vision_perturbation import model_device_dtype
 
 #: the process the AttnLRP paper reports for language models (its Tables 6-8) and for the ViT (its Table 5)
 TEXT_PROCESS = "insertion"
@@ -176,13 +177,14 @@ def pixel_logit_curves(model, pixels: torch.Tensor, maps: torch.Tensor, targets,
     if pixels.dim() != 4 or tuple(maps.shape) != (pixels.shape[0], *pixels.shape[-2:]):
         raise BadInputError(f"maps {tuple(maps.shape)} do not match images {tuple(pixels.shape)}",
                             "pass one [H, W] map per image at the image resolution")
+    device, dtype = model_device_dtype(model, pixels)
     curves = []
     for b in range(pixels.shape[0]):
-        image, target = pixels[b:b + 1], int(targets[b])
+        image, target = pixels[b:b + 1].to(device=device, dtype=dtype), int(targets[b])
 
         @torch.no_grad()
         def forward(keep: torch.Tensor, image=image, target=target) -> torch.Tensor:
-            mask = keep.to(device=image.device, dtype=image.dtype).reshape(-1, 1, *image.shape[-2:])
+            mask = keep.to(device=device, dtype=dtype).reshape(-1, 1, *image.shape[-2:])
             out = model(image * mask)
             out = out[0] if isinstance(out, (tuple, list)) else out
             return out[:, target].double()

@@ -98,7 +98,8 @@ def _removal_masks(maps: torch.Tensor, positive: bool, fractions, protocol, tie_
     return perturbation_masks(maps, positive, fractions, tie_break=tie_break, seeds=seeds)
 
 
-def _model_device_dtype(model: torch.nn.Module, fallback: torch.Tensor) -> tuple[torch.device, torch.dtype]:
+def model_device_dtype(model: torch.nn.Module, fallback: torch.Tensor) -> tuple[torch.device, torch.dtype]:
+    """Device and dtype of the model's first floating parameter (``fallback``'s device and float32 without one)."""
     for p in model.parameters():
         if p.is_floating_point():
             return p.device, p.dtype
@@ -153,7 +154,7 @@ def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.T
     if batch_size is not None and batch_size < 1:
         raise BadInputError(f"batch_size={batch_size}", "pass a positive number of images per forward, or None")
     norm = resolve_normalization(model, normalize)
-    device, dtype = _model_device_dtype(model, images)
+    device, dtype = model_device_dtype(model, images)
     removed = _removal_masks(maps.to(images.device), positive, fractions, protocol, tie_break, sample_ids,
                              seed)  # [B, S, H, W]
     if include_original:
