@@ -142,7 +142,7 @@ def load_timm_vit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | 
     """
     import timm
 
-    base, _, tag = str(name).partition(".")
+    base = str(name).partition(".")[0]
     if not timm.is_model(base):
         raise UnsupportedModelError(f"unknown timm model {name!r}",
                                     "use e.g. deit_tiny_patch16_224, deit_small_patch16_224 or deit_base_patch16_224")
@@ -151,8 +151,7 @@ def load_timm_vit(name: str = "deit_tiny_patch16_224", checkpoint: str | Path | 
         model = _create(timm, base, False, model_kwargs)
         _load_state(model, state, Path(checkpoint).name, base)
     elif pretrained:
-        tagged = f"{base}.{tag or 'fb_in1k'}"
-        model = _create_pretrained(timm, tagged, model_kwargs)
+        model = _create_pretrained(timm, timm_tagged(name), model_kwargs)
     else:
         model = _create(timm, base, False, model_kwargs)
     return model.eval()
@@ -199,15 +198,32 @@ def _load_state(model, state: dict, filename: str, name: str) -> None:
                             "depth as keyword arguments)") from None
 
 
+def timm_tagged(source: str) -> str:
+    """``name.tag`` of a timm model source; the default tag is ``fb_in1k`` (the official DeiT weights)."""
+    base, _, tag = str(source).partition(".")
+    return f"{base}.{tag or 'fb_in1k'}"
+
+
+def timm_weights_repo(source: str) -> str | None:
+    """The hub repository timm downloads the pretrained weights of ``source`` from (None: timm has none)."""
+    from timm.models import get_pretrained_cfg
+
+    try:
+        cfg = get_pretrained_cfg(timm_tagged(source))
+    except RuntimeError:  # timm: "Invalid pretrained tag"
+        return None
+    return cfg.hf_hub_id if cfg is not None and cfg.hf_hub_id else None
+
+
 def _create_pretrained(timm, tagged: str, kwargs: dict):
     from timm.models import get_pretrained_cfg
 
     fix = (f"download {tagged} once with network access (timm.create_model('{tagged}', pretrained=True)) or pass "
            "checkpoint=<official .pth from https://github.com/facebookresearch/deit>")
-    cfg = get_pretrained_cfg(tagged)
-    if cfg is None:
+    if get_pretrained_cfg(tagged) is None:
         raise UnsupportedModelError(f"timm has no pretrained weights {tagged!r}", "check the tag (e.g. .fb_in1k)")
-    cached = cached_hub_file(cfg.hf_hub_id) if cfg.hf_hub_id else None
+    repo = timm_weights_repo(tagged)
+    cached = cached_hub_file(repo) if repo else None
     if cached is not None:
         return _create(timm, tagged, True, kwargs, pretrained_cfg_overlay={"file": cached})
     if hub_offline() or not hub_reachable(timeout=3.0):

@@ -153,12 +153,6 @@ def _embedded_assets(model) -> list[Path]:
     return []
 
 
-def _timm_hub_id(source: str) -> str:
-    """timm's hub repository of ``name[.tag]`` (the loader's default tag is ``fb_in1k``)."""
-    base, _, tag = str(source).partition(".")
-    return f"timm/{base}.{tag or 'fb_in1k'}"
-
-
 def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
     name = model.name
     for path in _embedded_assets(model):
@@ -181,7 +175,9 @@ def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Override
                 found.add(f"DeiT checkpoint file {model.checkpoint} ({name})",
                           fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})")
         else:
-            repo = _timm_hub_id(model.source)
+            from ..models.loading import timm_tagged, timm_weights_repo
+
+            repo = timm_weights_repo(model.source) or f"timm/{timm_tagged(model.source)}"
             needs.append(_HubNeed(repo, "model", f"pretrained weights {repo} ({name})",
                                   cached_hub_file(repo) is not None,
                                   fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})",
