@@ -39,7 +39,7 @@ import torch
 from ..errors import BadInputError, MissingDataError
 from .arc import ANSWER_LETTERS, format_mcqa_prompt
 from .base import TextSample, check_generator_args
-from .text_common import pad_right
+from .text_common import pad_right, real_token_count
 from .registry import register_dataset
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "text"
@@ -293,7 +293,7 @@ def batch_inputs(samples: Sequence[TextSample], pad_id: int = PAD_ID) -> tuple[t
     length = max(len(s.input_ids) for s in samples)
     ids, mask = [], []
     for s in samples:
-        n_tokens = int(s.meta.get("n_tokens", len(s.input_ids)))
+        n_tokens = real_token_count(s)
         padded, _ = pad_right(s.input_ids[:n_tokens], length, pad_id)
         ids.append(padded)
         mask.append([1] * n_tokens + [0] * (length - n_tokens))

@@ -30,7 +30,7 @@ TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
 __all__ = [
     "DATA_DIR_ENV", "default_data_dir", "one_line", "check_tokenizer", "check_max_length", "encode_with_bos",
     "pad_right", "attention_mask", "check_unique_ids", "find_split_files", "iter_local_records",
-    "hub_offline", "hub_reachable", "load_hub_dataset", "hub_records",
+    "hub_offline", "hub_reachable", "load_hub_dataset", "hub_records", "real_token_count",
 ]
 
 
@@ -95,9 +95,14 @@ def pad_right(input_ids: Sequence[int], length: int, pad_id: int) -> tuple[list[
     return list(input_ids) + [int(pad_id)] * n_pad, n_pad
 
 
+def real_token_count(sample: TextSample) -> int:
+    """Real tokens of a (right-padded) sample, BOS included: ``meta["n_tokens"]``, else all of ``input_ids``."""
+    return int(sample.meta.get("n_tokens", len(sample.input_ids)))
+
+
 def attention_mask(sample: TextSample) -> list[int]:
-    """The ``[1] * n_tokens + [0] * n_pad`` mask of a (right-padded) sample, from ``meta["n_tokens"]``."""
-    n_tokens = int(sample.meta.get("n_tokens", len(sample.input_ids)))
+    """The ``[1] * n_tokens + [0] * n_pad`` mask of a (right-padded) sample (:func:`real_token_count`)."""
+    n_tokens = real_token_count(sample)
     return [1] * n_tokens + [0] * (len(sample.input_ids) - n_tokens)
 
 

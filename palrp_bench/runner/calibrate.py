@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
+from ..data.text_common import real_token_count
 from ..errors import BadInputError
 from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, device_kind, estimate, load_constants,
                    profile_key, sample_work, work_units)
@@ -78,7 +79,7 @@ def _timed_work(cell: Cell, arch: Architecture, samples: list, constants: CostCo
     width = max(len(s.input_ids) for s in samples)
     if base is None:
         return [None] * len(samples)
-    return [Work(1, float(width), base.forwards, float(s.meta.get("n_tokens", len(s.input_ids))),
+    return [Work(1, float(width), base.forwards, float(real_token_count(s)),
                  base.explain_forwards) for s in samples]
 
 

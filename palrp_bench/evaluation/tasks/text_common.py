@@ -30,6 +30,7 @@ import torch
 
 from ...data.base import TextSample
 from ...data.registry import load_dataset
+from ...data.text_common import real_token_count
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
@@ -41,21 +42,16 @@ __all__ = ["TextAdapter"]
 _CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation", "stabilizers"}
 
 
-def _n_real(sample: TextSample) -> int:
-    """Real tokens of a sample (BOS included): ``meta['n_tokens']``, else all of ``input_ids``."""
-    return int(sample.meta.get("n_tokens", len(sample.input_ids)))
-
-
 def _batch(samples: list[TextSample], pad_id: int, *, real_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``(input_ids, attention_mask)``; real tokens are the first ``meta['n_tokens']``. With
     ``real_only`` every sample is cut to its real tokens first (the explanation input)."""
-    rows = [s.input_ids[:_n_real(s)] if real_only else s.input_ids for s in samples]
+    rows = [s.input_ids[:real_token_count(s)] if real_only else s.input_ids for s in samples]
     length = max(len(r) for r in rows)
     ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(samples), length), dtype=torch.long)
     for i, (s, row) in enumerate(zip(samples, rows)):
         ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, :_n_real(s)] = 1
+        mask[i, :real_token_count(s)] = 1
     return ids, mask
 
 
@@ -77,7 +73,7 @@ class TextAdapter:
 
     def sample_length(self, sample: TextSample) -> int:
         """The explained length of a sample (the runner batches similar lengths together)."""
-        return _n_real(sample)
+        return real_token_count(sample)
 
     def load_samples(self, task, bundle) -> list[TextSample]:
         return list(load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
@@ -125,7 +121,7 @@ class TextAdapter:
         scores = torch.zeros(ids.shape, dtype=torch.float32)
         infos, arrays = [], []
         for j, sample in enumerate(batch):
-            n_real = _n_real(sample)
+            n_real = real_token_count(sample)
             scores[j, :n_real] = rel.scores[j, :n_real].detach().float()
             infos.append({"rules": rel.rules, "aggregation": rel.aggregation,
                           "stabilizers": rel.extras["stabilizers"], "logit": float(rel.logit[j]),
