@@ -16,14 +16,19 @@ writes these files, the report reads them, and neither needs the other's code.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import re
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 RESULTS_CSV = "results.csv"
 METRICS_CSV = "metrics.csv"
 METRICS_JSON = "metrics.json"
 MANIFEST_JSON = "manifest.json"
+#: the exclusive lock every writer of a run directory's merged files takes (:func:`run_dir_lock`)
+MERGE_LOCK = ".merge.lock"
 
 #: columns identifying one reproduced cell (one method of one model on one task under one protocol); ``tie_break``
 #: is the pixel-perturbation tie-break (``topk`` / ``random``), empty for cells without pixel perturbation;
@@ -76,3 +81,15 @@ def read_explanation(path: Path) -> dict | None:
         return None
     with np.load(path, allow_pickle=False) as data:
         return {k: data[k] for k in data.files if k != "sample_id"}
+
+
+@contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run directory's exclusive lock (:data:`MERGE_LOCK`): merges of concurrent workers and report
+    refreshes of results.csv, metrics.csv, metrics.json and the manifest never interleave."""
+    with open(Path(run_dir) / MERGE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

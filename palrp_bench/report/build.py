@@ -16,10 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import MissingDataError
-from ..atomic_io import write_csv_atomic
 from ..metrics.table import metric_samples, table_metrics
-from ..rundir import MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, RESULTS_CSV
-from .metrics_json import write_metrics_json
+from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, run_dir_lock
+from .metrics_json import write_metrics_files
 from .published import attach_published, load_published
 from .stats import N_PERMUTATIONS
 from .tables import (REPRODUCED_ONLY, comparison_frame, latex, markdown, paired_frame, paired_tables, paper_tables,
@@ -95,10 +94,10 @@ def refresh_run_files(run_dir: Path, metrics: pd.DataFrame) -> list[Path]:
     rows = metrics[metrics["run"].astype(str) == run_dir.name]
     if rows.empty:
         return []
-    manifest_path = run_dir / MANIFEST_JSON
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"run": run_dir.name}
-    write_csv_atomic(rows[METRICS_CSV_COLUMNS], run_dir / METRICS_CSV)
-    return [run_dir / METRICS_CSV, write_metrics_json(run_dir, rows, manifest)]
+    with run_dir_lock(run_dir):  # never between a concurrent merge's writes
+        manifest_path = run_dir / MANIFEST_JSON
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"run": run_dir.name}
+        return list(write_metrics_files(run_dir, rows, manifest))
 
 
 def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> ReportResult:

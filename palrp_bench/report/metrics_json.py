@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic_io import write_json_atomic
-from ..rundir import CELL_COLUMNS, METRICS_JSON, PAPER_COLUMNS
+from ..atomic_io import write_csv_atomic, write_json_atomic
+from ..rundir import CELL_COLUMNS, METRICS_CSV, METRICS_CSV_COLUMNS, METRICS_JSON, PAPER_COLUMNS
 from .published import direction
 
 SCHEMA_VERSION = 1
@@ -100,3 +100,11 @@ def write_metrics_json(run_dir: Path, metrics: pd.DataFrame, manifest: dict | No
     path = Path(run_dir) / METRICS_JSON
     write_json_atomic(path, metrics_document(metrics, manifest))
     return path
+
+
+def write_metrics_files(run_dir: Path, metrics: pd.DataFrame, manifest: dict) -> tuple[Path, Path]:
+    """Write ``metrics.csv`` and, from the CSV as written (the same rows, the same digits), ``metrics.json``.
+    Callers hold :func:`palrp_bench.rundir.run_dir_lock`."""
+    csv_path = Path(run_dir) / METRICS_CSV
+    write_csv_atomic(metrics[METRICS_CSV_COLUMNS], csv_path)
+    return csv_path, write_metrics_json(run_dir, pd.read_csv(csv_path, dtype={"variant": str}), manifest)

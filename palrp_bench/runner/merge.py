@@ -9,12 +9,11 @@ aggregation. Scalar metrics have an empty ``step``.
 A sample whose relevance was non-finite has a single row ``metric=nonfinite_relevance, value=1``.
 
 Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
-finishes, under an exclusive lock on ``<run_dir>/.merge.lock``; the last one sees every shard). Both files are
+finishes, under the run directory's exclusive lock, :func:`palrp_bench.rundir.run_dir_lock`; the last one sees every shard). Both files are
 written to a temporary name and renamed.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import time
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import table_metrics
-from ..rundir import MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV
+from ..rundir import (MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV,
+                      run_dir_lock)
 from ..atomic_io import write_csv_atomic, write_json_atomic
-from ..report.metrics_json import write_metrics_json
+from ..report.metrics_json import write_metrics_files
 from ..report.published import attach_published, load_published
 from .manifest import environment
 from .store import decode_rows, iter_cell_records, record_metrics
@@ -103,37 +103,30 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
     if not (run_dir / "cells").is_dir():
         raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",
                                "pass the run_dir of a palrp-bench run")
-    with open(run_dir / ".merge.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            df, cells = collect_rows(run_dir)
-            csv_path = run_dir / RESULTS_CSV
-            write_csv_atomic(df, csv_path)
-            written = pd.read_csv(csv_path, dtype={"variant": str, "sample_id": str})
-            metrics = attach_published(table_metrics(written, confidence, n_boot), load_published())
-            metrics_path = run_dir / METRICS_CSV
-            write_csv_atomic(metrics[METRICS_CSV_COLUMNS], metrics_path)
-            invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
-            manifest = {
-                "run": run_dir.name,
-                "run_dir": str(run_dir.resolve()),
-                "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "results_csv": csv_path.name,
-                "metrics_csv": metrics_path.name,
-                "columns": RESULT_COLUMNS,
-                "metric_columns": METRICS_CSV_COLUMNS,
-                "n_rows": int(len(df)),
-                "environment": environment(),
-                "seeds": sorted({c["settings"]["seed"] for c in cells}),
-                "devices": sorted({s.get("device") for c in cells for s in c["shards"] if s.get("device")}),
-                "cells": cells,
-                "invocations": invocations,
-            }
-            manifest_path = run_dir / MANIFEST_JSON
-            write_json_atomic(manifest_path, manifest)
-            # metrics.json from metrics.csv as written: the same rows, the same digits
-            write_metrics_json(run_dir, pd.read_csv(metrics_path, dtype={"variant": str}), manifest)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with run_dir_lock(run_dir):
+        df, cells = collect_rows(run_dir)
+        csv_path = run_dir / RESULTS_CSV
+        write_csv_atomic(df, csv_path)
+        written = pd.read_csv(csv_path, dtype={"variant": str, "sample_id": str})
+        metrics = attach_published(table_metrics(written, confidence, n_boot), load_published())
+        invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
+        manifest = {
+            "run": run_dir.name,
+            "run_dir": str(run_dir.resolve()),
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "results_csv": csv_path.name,
+            "metrics_csv": METRICS_CSV,
+            "columns": RESULT_COLUMNS,
+            "metric_columns": METRICS_CSV_COLUMNS,
+            "n_rows": int(len(df)),
+            "environment": environment(),
+            "seeds": sorted({c["settings"]["seed"] for c in cells}),
+            "devices": sorted({s.get("device") for c in cells for s in c["shards"] if s.get("device")}),
+            "cells": cells,
+            "invocations": invocations,
+        }
+        manifest_path = run_dir / MANIFEST_JSON
+        write_json_atomic(manifest_path, manifest)
+        metrics_path, _ = write_metrics_files(run_dir, metrics, manifest)
     return MergeOutcome(csv_path, metrics_path, manifest_path, int(len(df)), int(sum(c["n_samples"] for c in cells)),
                         int(sum(c["n_nonfinite"] for c in cells)), len(cells))
