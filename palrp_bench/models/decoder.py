@@ -40,7 +40,7 @@ from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
-from .token_inputs import attention_mask_of, key_padding_mask, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
 from .registry import discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
@@ -356,14 +356,8 @@ class DecoderTwin:
         Without one, a classifier pools like Hugging Face (last token that is not ``pad_token_id``) and a causal
         LM explains the last position.
         """
-        b, t = input_ids.shape
-        idx = torch.arange(t, device=input_ids.device)
-        if attention_mask is not None:
-            return (idx * attention_mask.long()).argmax(-1)
-        pad = getattr(self.config, "pad_token_id", None)
-        if self.is_classifier and pad is not None:
-            return (idx * (input_ids != pad).long()).argmax(-1)
-        return torch.full((b,), t - 1, device=input_ids.device, dtype=torch.long)
+        return last_real_index(input_ids, attention_mask, pad_token_id=getattr(self.config, "pad_token_id", None),
+                               pool_by_pad=self.is_classifier)
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, input_ids, attention_mask=None) -> DecoderInputs:

@@ -8,8 +8,8 @@ re-implements the wiring with the rules of :mod:`palrp_bench.lrp.rules` (registr
 * :class:`TextTwin`: which Hugging Face heads a family explains (:data:`HEADS`), input validation
   (:meth:`TextTwin.prepare`; a tokenizer's output mapping is accepted too), the explained position
   (:meth:`TextTwin.explained_index`), the parts the token aggregations read (:meth:`TextTwin.summarize`) and the
-  one-line refusal of configurations a family does not reproduce;
-* :func:`key_padding_mask`: the boolean attention mask of a padded batch;
+  one-line refusal of configurations a family does not reproduce. Input checks, the key-padding mask and the last
+  real token are shared with the decoder twin (:mod:`palrp_bench.models.token_inputs`).
 
 The explained output (docs/protocol.md section 1): causal LMs the next-token logits at the last real position;
 sequence classifiers their pooled logits (decoders pool the last real token, BERT / RoBERTa the first, [CLS]);
@@ -29,7 +29,7 @@ from ..lrp import rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
-from .token_inputs import attention_mask_of, key_padding_mask, per_token, token_batch
+from .token_inputs import attention_mask_of, last_real_index, per_token, token_batch
 
 __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin"]
 
@@ -179,12 +179,8 @@ class TextTwin:
             if attention_mask is None:
                 return torch.zeros(b, dtype=torch.long, device=input_ids.device)
             return (attention_mask.long() * (t - idx)).argmax(-1)
-        if attention_mask is not None:
-            return (idx * attention_mask.long()).argmax(-1)
-        pad = getattr(self.config, "pad_token_id", None)
-        if self.is_classifier and pad is not None:  # pool like Hugging Face: the last token that is not padding
-            return (idx * (input_ids != pad).long()).argmax(-1)
-        return torch.full((b,), t - 1, device=input_ids.device, dtype=torch.long)
+        return last_real_index(input_ids, attention_mask, pad_token_id=getattr(self.config, "pad_token_id", None),
+                               pool_by_pad=self.is_classifier)
 
     def resolve_position(self, inputs: TextInputs, position) -> torch.Tensor:
         """The explained position of a masked LM: ``position`` (an int or ``[B]`` ints), else the first token

@@ -7,7 +7,7 @@ import torch
 
 from ..errors import BadInputError
 
-__all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask"]
+__all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask", "last_real_index"]
 
 
 def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device) -> torch.Tensor:
@@ -66,3 +66,17 @@ def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
     keys = attention_mask.bool()[:, None, None, :]
     eye = torch.eye(attention_mask.shape[1], dtype=torch.bool, device=attention_mask.device)[None, None]
     return keys | eye
+
+
+def last_real_index(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, pad_token_id: int | None,
+                    pool_by_pad: bool) -> torch.Tensor:
+    """``[B]`` index of each sample's last real token: the last position where the attention mask is 1 (left or
+    right padding); without a mask, with ``pool_by_pad`` (a decoder classifier, pooling as Hugging Face does) the last
+    token that is not ``pad_token_id``, else the last position."""
+    b, t = input_ids.shape
+    idx = torch.arange(t, device=input_ids.device)
+    if attention_mask is not None:
+        return (idx * attention_mask.long()).argmax(-1)
+    if pool_by_pad and pad_token_id is not None:
+        return (idx * (input_ids != pad_token_id).long()).argmax(-1)
+    return torch.full((b,), t - 1, device=input_ids.device, dtype=torch.long)
