@@ -73,6 +73,12 @@ class Method:
         """What a task passes to ``explain(params=...)``: the paper's values for ``dataset``, then the task's own."""
         return {**self.dataset_params.get(dataset or "", {}), **dict(task_overrides or {})}
 
+    def params_for(self, task) -> dict:
+        """:meth:`task_params` of a task config: its dataset's paper values, then its ``method_params`` for this
+        method (what a job passes to ``explain(params=...)``, what the cell fingerprint and the cost model read)."""
+        own = (getattr(task, "method_params", None) or {}).get(self.name)
+        return self.task_params(getattr(task, "dataset", None), own)
+
     def resolved_params(self, overrides: Mapping[str, object] | None = None) -> dict:
         """The method's hyperparameters with ``overrides`` applied; an unknown key is a one-line error."""
         overrides = dict(overrides or {})

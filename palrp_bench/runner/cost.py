@@ -269,9 +269,7 @@ def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n
     from ..methods.registry import get_method
 
     method = get_method(cell.method)
-    context = getattr(cell, "context", None)
-    params = context("cpu", None, 1).method_params if callable(context) else {}
-    forwards, backwards = method.passes(params, n_features)
+    forwards, backwards = method.passes(method.params_for(cell.task), n_features)
     quant = getattr(cell.model.quantization, "value", cell.model.quantization)
     return forwards + backwards * (constants.explain_forwards(arch, quant) - 1.0)
 

@@ -101,8 +101,7 @@ class Cell:
             settings["tie_break"] = self.tie_break
         method = get_method(self.method)
         if method.params:  # a baseline's resolved hyperparameters (defaults, the paper's per-dataset values, task's)
-            own = (self.task.method_params or {}).get(self.method)
-            settings["params"] = _plain(method.resolved_params(method.task_params(self.task.dataset, own)))
+            settings["params"] = _plain(method.resolved_params(method.params_for(self.task)))
         return settings
 
     def fingerprint(self) -> str:

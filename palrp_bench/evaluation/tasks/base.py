@@ -50,8 +50,7 @@ class JobContext:
         (``Method.dataset_params``), then the task's own (``TaskConfig.method_params``)."""
         from ...methods.registry import get_method
 
-        own = (getattr(self.task, "method_params", None) or {}).get(self.method)
-        return get_method(self.method).task_params(getattr(self.task, "dataset", None), own)
+        return get_method(self.method).params_for(self.task)
 
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
