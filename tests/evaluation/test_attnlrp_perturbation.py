@@ -119,12 +119,14 @@ def test_text_curves_read_the_logit_the_model_outputs(family, head):
 
         model, ids = make_model("gemma2", "causal", final_logit_softcapping=3.0), family_ids(1, 6)
         assert model.config.final_logit_softcapping == 3.0
-        own = model(ids).logits[0, -1]
+        with torch.no_grad():
+            own = model(ids).logits[0, -1]
     else:
         from models.families import make_text, random_ids as family_ids
 
         model, ids = make_text("bert", "classifier", dtype=torch.float32), family_ids(1, 6)
-        own = model(ids).logits[0]
+        with torch.no_grad():
+            own = model(ids).logits[0]
     target = int(own.argmax())
     (curves,) = token_logit_curves(model, ids, None, torch.arange(6.0)[None], [target], process="insertion")
     assert curves.morf[-1] == pytest.approx(float(own[target]), rel=1e-5, abs=1e-6)
