@@ -105,8 +105,16 @@ def test_vision_rows(tmp_path, tiny_vit, task):
     samples = adapter.load_samples(cell.task, bundle)[:3]
     results = adapter.evaluate(bundle, samples, cell.context("cpu", None, 8))
     alone = adapter.evaluate(bundle, samples[1:2], cell.context("cpu", None, 8))
-    np.testing.assert_allclose(_values(results)[samples[1].sample_id], _values(alone)[samples[1].sample_id],
-                               rtol=1e-5, atol=1e-6)
+    # batch invariance: every value to float32 rounding, except the tie share, which counts exact equalities of the
+    # map: pixels within rounding of zero or of each other change tie status with the batch's rounding (2 of the
+    # 4096 pixels here on one CPU: 4.9e-4), so it is held to 1% of the pixels (docs/evaluation.md, tied_pixel_share)
+    together, by_itself = results[1].rows, alone[0].rows
+    assert [r[:3] for r in together] == [r[:3] for r in by_itself]
+    share = np.array([r[0] == "tied_pixel_share" for r in together])
+    np.testing.assert_allclose(_values(results)[samples[1].sample_id][~share],
+                               _values(alone)[samples[1].sample_id][~share], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_values(results)[samples[1].sample_id][share],
+                               _values(alone)[samples[1].sample_id][share], rtol=0, atol=0.01)
     metrics = {r[0] for r in results[0].rows}
     loaded = [s.load() for s in samples]
     norm = (torch.stack([s.image for s in loaded]) - 0.5) / 0.25
