@@ -37,14 +37,21 @@ MERGE_LOCK = ".merge.lock"
 CELL_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
                 "stabilizers", "aggregation", "method"]
 
+#: columns a cell's rows may hold several values of, joined with "," in ``metrics.csv`` rather than grouped by:
+#: ``tie_device`` the device kind that ordered tied pixels under ``tie_break=topk`` (``cpu``, ``cuda/<GPU name>``;
+#: ``any`` under ``random``; empty for rows without pixel perturbation; :mod:`palrp_bench.numerics`), ``rules`` the
+#: composite the explanations used
+CELL_JOINED_COLUMNS = ["tie_device", "rules"]
+
 #: ``results.csv``: one row per (run, sample_id, method, metric, variant, step) with its value
 RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
-                  "stabilizers", "rules", "aggregation", "method", "sample_id", "metric", "variant", "step", "value"]
+                  "tie_device", "stabilizers", "rules", "aggregation", "method", "sample_id", "metric", "variant",
+                  "step", "value"]
 
 #: ``metrics.csv``: one row per (cell, table metric, variant): the table number, its confidence interval, the
 #: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)
-METRIC_COLUMNS = CELL_COLUMNS + ["rules", "metric", "variant", "value", "ci_low", "ci_high", "n", "n_nonfinite",
-                                 "interval", "note"]
+METRIC_COLUMNS = CELL_COLUMNS + CELL_JOINED_COLUMNS + ["metric", "variant", "value", "ci_low", "ci_high", "n",
+                                                       "n_nonfinite", "interval", "note"]
 #: ``metrics.csv`` also holds, where the paper has the number, the tables it appears in, the published value and
 #: ``value - published`` (:func:`palrp_bench.report.published.attach_published`)
 PAPER_COLUMNS = ["paper_table", "published", "difference"]

@@ -13,11 +13,12 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "palrp_bench"
 
 #: the foundation every layer may use
-BASE = {"errors", "rundir", "hub", "atomic_io", "protocol", "discovery"}
+BASE = {"errors", "rundir", "hub", "atomic_io", "protocol", "discovery", "numerics"}
 
 #: package (first component under palrp_bench) -> the packages it may import, besides itself and BASE
 ALLOWED = {
     "errors": set(), "rundir": set(), "hub": set(), "atomic_io": set(), "protocol": set(), "discovery": {"errors"},
+    "numerics": set(),
     "lrp": set(),
     "methods": {"lrp"},
     "metrics": set(),

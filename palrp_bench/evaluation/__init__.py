@@ -7,7 +7,8 @@
 """
 from .nlp_perturbation import nlp_perturbation_curves, readout_logits
 from .segmentation import segmentation_protocol, segmentation_protocol_on_samples
-from .vision_perturbation import perturbed_logits, vision_perturbation_curves
+from .vision_perturbation import perturbed_logits, tie_order_device, vision_perturbation_curves
 
 __all__ = ["nlp_perturbation_curves", "readout_logits", "vision_perturbation_curves", "perturbed_logits",
+           "tie_order_device",
            "segmentation_protocol", "segmentation_protocol_on_samples"]

@@ -17,8 +17,11 @@ ground-truth class for "target"; docs/protocol.md section 3). Curves feed
 
 Tie-break (:mod:`palrp_bench.metrics.perturbation`): ``tie_break=None`` takes the default of ``protocol``
 (``official`` -> ``topk``, the official ``torch.topk`` call on the same tensor; ``corrected`` -> ``random``).
-``random`` seeds each image's order with :func:`tie_break_seeds` from ``(seed, sample_id)``, so it needs the
-sample ids; the removed pixels of an image then depend on neither the batch nor the shard it is evaluated in.
+``topk`` is called where the official code called it: on the model's device (the official code moved its maps to
+the GPU), one ``[1, H * W]`` map per call (its default batch size); which tied pixels it removes is that device's
+choice, and :func:`tie_order_device` names it (``cpu``, ``cuda/<GPU name>``) for the results. ``random`` seeds
+each image's order with :func:`tie_break_seeds` from ``(seed, sample_id)``, so it needs the sample ids; the removed
+pixels of an image then depend on neither the batch, the shard nor the device (:func:`tie_order_device`: ``any``).
 
 Per-sample results do not depend on ``batch_size`` beyond float rounding of batched matmuls (an arg-max can
 flip only when two logits are within ~1e-6).
@@ -33,9 +36,13 @@ from ..data.sample_ids import stable_hash
 from ..errors import BadInputError
 from ..metrics.maps import as_map_batch
 from ..metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break
+from ..numerics import device_kind
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "perturbed_logits",
-           "vision_perturbation_curves"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "tie_order_device",
+           "perturbed_logits", "vision_perturbation_curves"]
+
+#: what :func:`tie_order_device` says under ``tie_break="random"``: the order is the same on every device
+ANY_DEVICE = "any"
 
 #: timm's IMAGENET_DEFAULT_MEAN / _STD (what the official code normalises with).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -106,6 +113,16 @@ def model_device_dtype(model: torch.nn.Module, fallback: torch.Tensor) -> tuple[
     return fallback.device, torch.float32
 
 
+def tie_order_device(model: torch.nn.Module, protocol: str = "official", tie_break: str | None = None) -> str:
+    """Which device kind chooses among tied pixels when ``model`` is evaluated: under ``topk`` the kind of the
+    model's device, where the call runs (:func:`palrp_bench.numerics.device_kind`: ``cpu``, ``cuda/<GPU name>``);
+    under ``random`` :data:`ANY_DEVICE` (the seeded order is the same everywhere)."""
+    if resolve_tie_break(tie_break, protocol) == "random":
+        return ANY_DEVICE
+    device, _ = model_device_dtype(model, torch.empty(0))
+    return device_kind(device)
+
+
 def _check_inputs(model, images, maps) -> tuple[torch.Tensor, torch.Tensor]:
     if getattr(model, "training", False):
         raise BadInputError("the model is in training mode (dropout would make the curves random)",
@@ -148,14 +165,18 @@ def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.T
 
     With ``include_original=True`` the unperturbed image is step 0 of ``S + 1``, evaluated in the same
     stacked forwards. ``batch_size``: the most images per forward (None = all in one forward).
-    ``protocol``, ``tie_break``, ``sample_ids``, ``seed``: which tied pixels are removed (module docstring).
+    ``protocol``, ``tie_break``, ``sample_ids``, ``seed``: which tied pixels are removed, chosen on the model's
+    device (module docstring).
     """
     images, maps = _check_inputs(model, images, maps)
     if batch_size is not None and batch_size < 1:
         raise BadInputError(f"batch_size={batch_size}", "pass a positive number of images per forward, or None")
     norm = resolve_normalization(model, normalize)
     device, dtype = model_device_dtype(model, images)
-    removed = _removal_masks(maps.to(images.device), positive, fractions, protocol, tie_break, sample_ids,
+    # everything happens on the model's device: the removed pixels are chosen there (the tie order is the
+    # device's, module docstring) and the perturbed copies are built there
+    images = images.to(device)
+    removed = _removal_masks(maps.to(device), positive, fractions, protocol, tie_break, sample_ids,
                              seed)  # [B, S, H, W]
     if include_original:
         removed = torch.cat([torch.zeros_like(removed[:, :1]), removed], dim=1)

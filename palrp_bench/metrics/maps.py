@@ -37,7 +37,7 @@ def as_map_batch(maps, name: str = "maps") -> torch.Tensor:
         maps = maps.to(torch.float32)
     elif maps.dtype in (torch.float16, torch.bfloat16):
         maps = maps.to(torch.float32)
-    if not bool(torch.isfinite(maps).all()):
+    if not maps.is_meta and not bool(torch.isfinite(maps).all()):  # meta tensors (shapes only) hold no values
         raise BadInputError(f"{name} contains NaN or infinite values",
                             "check the explanation (e.g. a NaN logit) before evaluating it")
     return maps

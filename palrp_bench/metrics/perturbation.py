@@ -19,18 +19,23 @@ equal values must choose among them, and which ones it removes changes per-sampl
 
 * ``topk`` (official): each step calls ``torch.topk(v, k, dim=-1)`` on ``v`` = the normalised map of one image
   flattened to ``[1, H * W]`` (negated for negative perturbation), as the official ``generate_perturbations.py``
-  (run by ``evaluate_perturbations.py``, default batch size 1) does on its stored float32 map; a map without
-  range (the official 0/0) is passed as NaN, as the official code stored it. (On the CPU, ``topk`` of one row
-  of a ``[B, H * W]`` batch returned the same sets as on the row alone for all 144 fixture cases.) On the same device and torch version the removed pixels are therefore the
-  official ones, ties included. Which tied pixels ``topk`` returns is an implementation detail of torch (on the
-  CPU it scatters them over the image; torch 2.14 ``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11),
-  and each step is its own call, so sets are nested only as far as ``topk`` makes them (they were on every map
-  tried). Pass float32 maps to see exactly the tensor the official code saw (the runner does).
+  (run by ``evaluate_perturbations.py``) does on its stored float32 map: its maps are batches of ``--batch-size``
+  images, 1 by default, so ``[1, H * W]`` is the official shape. A map without range (the official 0/0) is passed
+  as NaN, as the official code stored it. The call runs on the device of the tensor it is given, and which tied
+  pixels ``topk`` returns is the device's choice: the official code moved its maps to the GPU before the call,
+  and CUDA and the CPU return different tied pixels (on one H100, 206 of 240 removed sets differed on tie-heavy
+  maps). The evaluation therefore hands this function the maps on the model's device
+  (:mod:`palrp_bench.evaluation.vision_perturbation`) and records the device kind that ordered the ties. On the
+  same device kind and torch version the removed pixels are the official ones, ties included; on the CPU, torch
+  2.14 ``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11, scattering tied pixels over the image. Each
+  step is its own call, so sets are nested only as far as ``topk`` makes them (they were on every map tried).
+  Pass float32 maps to see exactly the tensor the official code saw (the runner does).
 * ``random`` (corrected): pixels are ordered by a stable sort of their values after a random permutation drawn
   from a ``torch.Generator`` seeded per image (the evaluation seeds it from the run seed and the sample id), so
   equal values come in a random order that depends only on that seed (not on the batch, the shard or the device:
-  the permutation is drawn on the CPU), and no region of the image is removed first for lack of relevance.
-  Steps remove prefixes of one order (nested masks).
+  the permutation is drawn on the CPU and a stable sort is the same on every device), and no region of the image
+  is removed first for lack of relevance. Steps remove prefixes of one order (nested masks). This is the
+  device-independent choice.
 
 :func:`tied_pixel_share` records how much of a map the tie-break can touch.
 """
@@ -134,8 +139,9 @@ def topk_removed(normalised: torch.Tensor, positive: bool, counts: Sequence[int]
     """The pixels the official code removes, ``BoolTensor [B, S, H*W]``, under ``tie_break="topk"``.
 
     For each map and each step ``s``: ``torch.topk(v, counts[s], dim=-1)`` with ``v`` the map flattened to
-    ``[1, H * W]``, negated for negative perturbation (module docstring). ``normalised``: the ReLU'd min-max
-    normalised maps ``[B, H, W]`` exactly as the official code stored them.
+    ``[1, H * W]`` (the official shape: one image per call), negated for negative perturbation (module docstring),
+    on ``normalised``'s device, which decides the tied pixels. ``normalised``: the ReLU'd min-max normalised maps
+    ``[B, H, W]`` exactly as the official code stored them. The result is on the same device.
     """
     batch = normalised.shape[0]
     removed = torch.zeros(batch, len(counts), normalised[0].numel(), dtype=torch.bool, device=normalised.device)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..rundir import CELL_COLUMNS, METRIC_COLUMNS, NONFINITE_METRIC
+from ..rundir import CELL_COLUMNS, CELL_JOINED_COLUMNS, METRIC_COLUMNS, NONFINITE_METRIC
 from .registry import EACH_VARIANT, MetricSpec, metric_specs
 
 __all__ = ["MetricSamples", "metric_samples", "confidence_interval", "table_metrics", "INTERVAL_METHOD"]
@@ -88,10 +88,11 @@ class MetricSamples:
 
 def _frame_with_cells(results: pd.DataFrame) -> pd.DataFrame:
     df = results.copy()
-    for col in CELL_COLUMNS + ["rules"]:
-        if col not in df.columns:
+    columns = CELL_COLUMNS + CELL_JOINED_COLUMNS
+    for col in columns:
+        if col not in df.columns:  # e.g. results.csv of a run made before the column existed
             df[col] = ""
-    df[CELL_COLUMNS + ["rules"]] = df[CELL_COLUMNS + ["rules"]].astype(object).fillna("").astype(str)
+    df[columns] = df[columns].astype(object).fillna("").astype(str)
     df["variant"] = df["variant"].astype(str)
     return df
 
@@ -112,7 +113,8 @@ def metric_samples(results: pd.DataFrame) -> list[MetricSamples]:
     out: list[MetricSamples] = []
     for key, cell_df in df.groupby(CELL_COLUMNS, sort=True):
         cell = dict(zip(CELL_COLUMNS, key))
-        cell["rules"] = ",".join(sorted({r for r in cell_df["rules"] if r}))
+        for col in CELL_JOINED_COLUMNS:
+            cell[col] = ",".join(sorted({v for v in cell_df[col] if v}))
         n_bad = int(cell_df.loc[cell_df["metric"] == NONFINITE_METRIC, "sample_id"].nunique())
         for spec in metric_specs().values():
             for source in spec.sources:

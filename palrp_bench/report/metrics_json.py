@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..atomic_io import write_csv_atomic, write_json_atomic
-from ..rundir import CELL_COLUMNS, METRICS_CSV, METRICS_CSV_COLUMNS, METRICS_JSON, PAPER_COLUMNS
+from ..rundir import CELL_COLUMNS, CELL_JOINED_COLUMNS, METRICS_CSV, METRICS_CSV_COLUMNS, METRICS_JSON, PAPER_COLUMNS
 from .published import direction
 
 SCHEMA_VERSION = 1
@@ -64,7 +64,7 @@ def metrics_document(metrics: pd.DataFrame, manifest: dict | None = None) -> dic
     samples: dict[str, dict] = {}
     for _, row in metrics.iterrows():
         key = cell_key(row)
-        cell = results.setdefault(key, {"cell": {c: _plain(row.get(c)) for c in CELL_COLUMNS + ["rules"]}})
+        cell = results.setdefault(key, {"cell": {c: _plain(row.get(c)) for c in CELL_COLUMNS + CELL_JOINED_COLUMNS}})
         if cell["cell"]["causal"] is not None:
             cell["cell"]["causal"] = str(cell["cell"]["causal"]).lower() == "true"
         name = f"{row['metric']},{row['variant']}"

@@ -133,7 +133,7 @@ def cell_tables(metrics: pd.DataFrame, confidence: float, *, with_published: boo
             index.append(str(method))
         first = block.iloc[0]
         title = (f"{model} / {task}  (protocol={first['protocol']}, causal={first['causal']}, "
-                 f"{_tie_break_text(first)}aggregation={first['aggregation']}, "
+                 f"{_tie_break_text(first, block)}aggregation={first['aggregation']}, "
                  f"{int(round(confidence * 100))}% CI: BCa bootstrap)")
         frame = pd.DataFrame(rows, index=pd.Index(index, name="method"), columns=["n", "non-finite", *labels])
         tables.append(Table(f"{run}/{model}/{task}", title, frame, notes.lines()))
@@ -207,7 +207,7 @@ def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: flo
             task_note = "; ".join(f"task {t} reproduces {p}" for t, p in tasks)
             title = (f"{name}: {PAPER} = published, {OURS} = reproduced, value [{int(round(confidence * 100))}% BCa "
                      f"CI]; run {setting['run']}, protocol={setting['protocol']}, causal={setting['causal']}, "
-                     f"{_tie_break_text(setting)}aggregation={setting['aggregation']}"
+                     f"{_tie_break_text(setting, runs)}aggregation={setting['aggregation']}"
                      + (f"; {task_note}" if task_note else ""))
             tables.append(Table(name, title, frame, notes.lines()))
     return tables
@@ -248,10 +248,23 @@ def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame) -> pd.DataF
                                 key=lambda s: s.astype(str), kind="stable").reset_index(drop=True)
 
 
-def _tie_break_text(row) -> str:
-    """``tie_break=<mode>, `` for cells with pixel perturbation (Table 4), else nothing."""
+def _tie_devices(rows: pd.DataFrame) -> list[str]:
+    """The device kinds that ordered tied pixels in ``rows`` (the ``tie_device`` column, "," joined per cell),
+    without ``any`` (a seeded order that no device chose)."""
+    if "tie_device" not in rows.columns:
+        return []
+    found = {d for v in rows["tie_device"] if isinstance(v, str) for d in v.split(",") if d}
+    return sorted(found - {"any"})
+
+
+def _tie_break_text(row, rows: pd.DataFrame | None = None) -> str:
+    """``tie_break=<mode>, `` for cells with pixel perturbation (Table 4), else nothing; under ``topk`` with the
+    device kinds that ordered the ties (found in ``rows``): the published Table 4 depends on them."""
     tie_break = row.get("tie_break", "")
-    return f"tie_break={tie_break}, " if isinstance(tie_break, str) and tie_break else ""
+    if not (isinstance(tie_break, str) and tie_break):
+        return ""
+    devices = _tie_devices(rows) if rows is not None else []
+    return f"tie_break={tie_break} (ties ordered on {' and '.join(devices)}), " if devices else f"tie_break={tie_break}, "
 
 
 def tie_break_frame(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -269,8 +282,11 @@ def tie_break_frame(metrics: pd.DataFrame) -> pd.DataFrame:
     if rows["tie_break"].nunique() < 2:
         return pd.DataFrame()
     key = ["model", "task", "method", "metric", "variant"]
-    wide = rows.pivot_table(index=key, columns="tie_break", values=["value", "ci_low", "ci_high", "note", "n"],
-                            aggfunc="first", dropna=False)
+    if "tie_device" not in rows.columns:
+        rows = rows.assign(tie_device="")
+    wide = rows.pivot_table(index=key, columns="tie_break",
+                            values=["value", "ci_low", "ci_high", "note", "n", "tie_device"], aggfunc="first",
+                            dropna=False)
     return wide.sort_index()
 
 
@@ -298,6 +314,11 @@ def tie_break_table(wide: pd.DataFrame, confidence: float) -> Table | None:
     frame = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=list(wide.index.names)),
                          columns=columns)
     title = "Table 4 under each pixel-perturbation tie-break: the AUC per tie-break and the difference"
+    if "tie_device" in wide.columns.get_level_values(0):
+        devices = {m: _tie_devices(pd.DataFrame({"tie_device": wide[("tie_device", m)]})) for m in modes}
+        ordered = [f"{m} on {' and '.join(d)}" for m, d in devices.items() if d]
+        if ordered:
+            title += f" (ties ordered: {'; '.join(ordered)})"
     return Table("tie_break", title, frame, notes.lines())
 
 

@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..hub import cached_hub_file, is_local_path
+from ..numerics import device_kind as accelerator_kind
 from .user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
@@ -433,10 +434,7 @@ def device_kind(device: str) -> str:
     """The kind of a torch device string that constants are measured for: ``cuda/<GPU name>`` or
     ``cpu/<CPU model>/<threads>t`` (a CPU's speed depends on the threads torch uses)."""
     if str(device).startswith("cuda"):
-        import torch
-
-        index = int(str(device).partition(":")[2] or 0)
-        return f"cuda/{torch.cuda.get_device_name(index)}"
+        return accelerator_kind(device)
     return f"cpu/{_cpu_model()}/{_cpu_threads()}t"
 
 

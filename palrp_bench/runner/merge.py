@@ -4,8 +4,9 @@
 
 ``results.csv`` is long format: one row per (run, sample_id, method, metric, variant, step) with ``value``,
 plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal,
-tie_break (empty for cells without pixel perturbation), stabilizers (what each sample's explanation used), rules,
-aggregation. Scalar metrics have an empty ``step``.
+tie_break (empty for cells without pixel perturbation), tie_device (the device kind that ordered tied pixels, per
+sample: the shards of one cell may run on different devices), stabilizers (what each sample's explanation used),
+rules, aggregation. Scalar metrics have an empty ``step``.
 A sample whose relevance was non-finite has a single row ``metric=nonfinite_relevance, value=1``.
 
 Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
@@ -66,15 +67,17 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
             rules = info.get("rules", cell.get("rules")) or ""
             aggregation = info.get("aggregation", cell.get("aggregation")) or ""
             stabilizers = info.get("stabilizers") or ""  # what the explanation used (none for baselines, GPT-2, ...)
+            tie_device = info.get("tie_device") or ""  # who ordered the tied pixels (pixel perturbation only)
             for metric, variant, step, value in decode_rows(rec):
                 key = (rec["sample_id"], metric, variant, None if step != step else step)
                 if key in seen:
                     continue
                 seen.add(key)
-                rows.append((rec["sample_id"], rules, aggregation, stabilizers, metric, variant, step, value))
+                rows.append((rec["sample_id"], rules, aggregation, stabilizers, tie_device, metric, variant, step,
+                             value))
                 n_nonfinite += int(metric == NONFINITE_METRIC)
-        frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "stabilizers", "metric", "variant",
-                                            "step", "value"])
+        frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "stabilizers", "tie_device", "metric",
+                                            "variant", "step", "value"])
         for col in ("model", "quantization", "dtype", "task", "paper_task", "protocol", "method"):
             frame[col] = cell[col]
         frame["causal"] = bool(cell.get("causal", cell["settings"]["task"].get("causal", True)))

@@ -125,6 +125,8 @@ def test_vision_rows(tmp_path, tiny_vit, task):
         from palrp_bench.metrics.perturbation import tied_pixel_share
         ties = {r[1]: r[3] for r in results[2].rows if r[0] == "tied_pixel_share"}
         assert set(ties) == {"predicted", "target"}
+        # protocol=official: torch.topk chose among tied pixels on the model's device, and each sample says so
+        assert {r.info["tie_device"] for r in results} == {"cpu"}
         assert ties["predicted"] == pytest.approx(float(tied_pixel_share(rel.scores)[2]), abs=2 / 64 ** 2)
         agree = [r for r in results[0].rows if r[0] == "agreement" and r[1] == "positive"]
         assert [r[2] for r in agree] == pytest.approx([0.1 * k for k in range(1, 10)])

@@ -1,6 +1,7 @@
 """Vision perturbation protocol (docs/protocol.md section 3) against the official fixture and a slow reference."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -11,7 +12,8 @@ import torch
 
 from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.vision_perturbation import (IMAGENET_MEAN, IMAGENET_STD, perturbed_logits,
-                                                        resolve_normalization, vision_perturbation_curves)
+                                                        resolve_normalization, tie_order_device,
+                                                        vision_perturbation_curves)
 from palrp_bench.metrics.perturbation import perturbation_auc, step_pixel_counts
 
 VISION = Path(__file__).resolve().parents[1] / "data" / "official" / "vision"
@@ -283,3 +285,75 @@ def test_the_tie_fixture_tells_tie_breaks_apart(fixture_vit):
     index = logits[:, 0].argmax(-1)[:, None, None].expand(-1, 9, 1)
     gap = np.abs(logits[:, 1:].gather(2, index)[..., 0].numpy() - ref["neg_logits"])
     assert gap.max() > 1e-2 and (gap > 1e-5).sum() >= 18
+
+
+def test_official_topk_runs_on_the_models_device_one_map_per_call(monkeypatch):
+    """The official code moved its maps to the GPU and called ``torch.topk`` there on ``[batch_size, H * W]``
+    (batch size 1 by default), so the device chooses the tied pixels. A model on the ``meta`` device stands in for
+    a GPU on machines without one (its forward, which meta tensors cannot run, is replaced): every topk call gets
+    one normalised map ``[1, H * W]`` on the model's device, and the perturbed copies are built there too."""
+    import palrp_bench.evaluation.vision_perturbation as procedure
+
+    model = torch.nn.Linear(4, 3).to("meta").eval()
+    calls, forwards = [], []
+    real_topk = torch.topk
+
+    def topk(values, k, *args, **kwargs):
+        calls.append((values.device.type, tuple(values.shape), k))
+        return real_topk(values, k, *args, **kwargs)
+
+    def forward(model, normalize, images, device, dtype):
+        forwards.append((images.device.type, device.type))
+        return torch.zeros(images.shape[0], 3)
+
+    monkeypatch.setattr(torch, "topk", topk)
+    monkeypatch.setattr(procedure, "_forward", forward)
+    images, maps = torch.rand(2, 3, 16, 16), torch.rand(2, 16, 16)
+    logits = perturbed_logits(model, images, maps, False, protocol="official")
+    assert logits.shape == (2, 9, 3) and logits.device.type == "cpu"
+    assert calls == [("meta", (1, 256), k) for _ in range(2) for k in step_pixel_counts(256)]
+    assert forwards and set(forwards) == {("meta", "meta")}
+    assert tie_order_device(model) == "meta"
+    # the seeded order is the device's choice nowhere, so it is recorded as such
+    calls.clear()
+    perturbed_logits(model, images, maps, False, protocol="corrected", sample_ids=["a", "b"])
+    assert calls == [] and tie_order_device(model, "corrected") == tie_order_device(model, tie_break="random") == "any"
+    assert tie_order_device(torch.nn.Linear(2, 2)) == "cpu"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: compares our removed pixels with "
+                                                           "the official torch.topk call on that device")
+def test_on_a_gpu_the_removed_pixels_are_the_official_call_on_that_gpu(fixture_vit):
+    """On a CUDA model the removed pixels are those of ``torch.topk`` on the GPU with the official shape (one
+    ``[1, H * W]`` map per call), ties included, and the logits are the model's on exactly those images. Tie-heavy
+    maps (ReLU'd 14x14 patch scores upsampled x16, about half exactly 0); how many sets the CPU would have chosen
+    differently is printed (206 of 240 on one H100)."""
+    from metrics.test_tie_break import official_tensor, patch_maps
+
+    from palrp_bench.evaluation.vision_perturbation import ANY_DEVICE
+    from palrp_bench.numerics import device_kind
+
+    model = copy.deepcopy(fixture_vit).to("cuda")
+    maps = patch_maps(4, 11)
+    images = torch.rand(4, 3, 224, 224, generator=torch.Generator().manual_seed(3))
+    assert tie_order_device(model) == device_kind("cuda") != ANY_DEVICE
+    counts = step_pixel_counts(224 * 224)
+    differs_from_cpu = 0
+    for positive in (True, False):
+        logits = perturbed_logits(model, images, maps, positive)
+        expected = torch.empty_like(logits)
+        for b in range(4):
+            v = official_tensor(maps[b]).reshape(1, -1)
+            v = v if positive else -v
+            for s, k in enumerate(counts):
+                on_gpu = torch.topk(v.cuda(), k, dim=-1).indices[0].cpu()
+                on_cpu = torch.topk(v, k, dim=-1).indices[0]
+                differs_from_cpu += int(set(on_gpu.tolist()) != set(on_cpu.tolist()))
+                keep = torch.ones(224 * 224)
+                keep[on_gpu] = 0
+                image = (images[b] * keep.reshape(1, 224, 224)).cuda()
+                with torch.inference_mode():
+                    expected[b, s] = model(resolve_normalization(model)(image[None]))[0].float().cpu()
+        torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)
+    print(f"CUDA and CPU topk removed different pixel sets in {differs_from_cpu} of {2 * 4 * len(counts)} cases")

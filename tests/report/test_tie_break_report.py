@@ -11,10 +11,14 @@ from palrp_bench.report.tables import tie_break_frame, tie_break_markdown
 from palrp_bench.rundir import RESULT_COLUMNS
 
 
+GPU = "cuda/NVIDIA H100 80GB HBM3"
+
+
 def _vision_rows(run: str, tie_break: str, ones: int, share: float, n: int = 4) -> list[dict]:
     """``n`` samples whose positive agreement curve is 1 for the first ``ones`` steps, then 0."""
     base = {"run": run, "model": "tiny_vit", "quantization": "none", "dtype": "float32", "task": "synthetic_shapes",
             "paper_task": "synthetic_shapes", "protocol": "official", "causal": True, "tie_break": tie_break,
+            "tie_device": GPU if tie_break == "topk" else "any",
             "rules": "official_vit", "aggregation": "official", "method": "pa_lrp"}
     rows = []
     for i in range(n):
@@ -50,7 +54,11 @@ def test_both_tie_breaks_side_by_side(tmp_path):
     assert "random - topk" in md and f"{_area(2) - _area(4):.3f}" in md
     report = build_report(paths, plots=False)
     assert "## Table 4 under each pixel-perturbation tie-break" in report.text
-    assert "tie_break=topk" in summary_text(metrics[metrics.run == "run_topk"])
+    # the published Table 4 depends on the device that ordered the ties: captions name it (random: none did)
+    assert f"(ties ordered: topk on {GPU})" in report.text
+    assert f"tie_break=topk (ties ordered on {GPU})" in summary_text(metrics[metrics.run == "run_topk"])
+    assert "tie_break=random, " in summary_text(metrics[metrics.run == "run_random"])
+    assert set(metrics["tie_device"]) == {GPU, "any"}
 
 
 def test_no_side_by_side_section_with_one_tie_break(tmp_path):

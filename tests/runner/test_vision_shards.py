@@ -62,9 +62,11 @@ def test_corrected_random_tie_break_is_shard_and_batch_invariant(one_shard, tmp_
 def test_the_tie_break_is_recorded_in_every_row_and_in_the_cell(one_shard):
     run_dir, df, _ = one_shard
     assert set(df["tie_break"]) == {"random"} and set(df["protocol"]) == {"corrected"}
+    assert set(df["tie_device"]) == {"any"}  # a seeded order: no device chose the tied pixels
     assert set(df["stabilizers"]) == {"none"}  # protocol=corrected's default, as the explanations used it
     metrics = pd.read_csv(run_dir / "metrics.csv", dtype={"variant": str})
     assert set(metrics["tie_break"]) == {"random"} and set(metrics["stabilizers"]) == {"none"}
+    assert set(metrics["tie_device"]) == {"any"}
     shares = metrics[metrics.metric == "tied_pixel_share"].set_index("variant")["value"]
     assert set(shares.index) == {"predicted", "target"} and all(0 < v <= 1 for v in shares)
     cell = json.loads((run_dir / f"cells/tiny_vit/synthetic_shapes/{METHOD}/cell.json").read_text())
@@ -89,3 +91,17 @@ def test_the_tie_break_setting_exists_only_where_pixels_are_perturbed(tmp_path):
     with pytest.raises(BadInputError, match="unknown tie_break 'stable'") as info:
         plan_cells(compose_cfg(tmp_path, *VISION_CELL, "tie_break=stable"))
     assert "\n" not in str(info.value)
+
+
+def test_official_topk_records_the_device_kind_that_ordered_ties(tmp_path):
+    """Under tie_break=topk the tied pixels are the device's choice: every pixel-perturbation row, the cell's
+    metrics and the printed table caption name the device kind (here the CPU, pinned)."""
+    import io
+
+    out = io.StringIO()
+    run(compose_cfg(tmp_path, *VISION_CELL, "protocol=official", "runner.devices=[cpu]", "task.options.n=2"), out=out)
+    df = read_results(tmp_path)
+    assert set(df["tie_break"]) == {"topk"} and set(df["tie_device"]) == {"cpu"}
+    metrics = pd.read_csv(tmp_path / "metrics.csv", dtype={"variant": str})
+    assert set(metrics["tie_device"]) == {"cpu"}
+    assert "tie_break=topk (ties ordered on cpu)" in out.getvalue()

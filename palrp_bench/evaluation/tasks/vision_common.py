@@ -11,7 +11,9 @@ Then, by the cell's metrics:
   prediction) and ``accuracy`` (ground-truth map, top-1 accuracy), variants ``positive`` / ``negative``, steps
   ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.vision_perturbation.vision_perturbation_curves`, tie-break
   ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map
-  (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`);
+  (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`); each sample's
+  info records ``tie_device``, the device kind that ordered tied pixels
+  (:func:`palrp_bench.evaluation.vision_perturbation.tie_order_device`);
 * ``positional_share`` (Appendix F): signed totals ``relevance_semantic`` / ``relevance_positional`` (patches
   only, what the maps use) and ``..._with_cls`` (CLS terms added), from the predicted-class pass;
 * ``attnlrp_perturbation`` (the AttnLRP paper's Table 1, appendix B.2): per-sample areas ``a_morf`` / ``a_lerf``
@@ -140,7 +142,7 @@ class VisionAdapter:
         return batch, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=()) -> list[SampleResult]:
-        from ..vision_perturbation import resolve_normalization, vision_perturbation_curves
+        from ..vision_perturbation import resolve_normalization, tie_order_device, vision_perturbation_curves
         metrics = set(metrics or ctx.metrics)
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
@@ -161,6 +163,9 @@ class VisionAdapter:
         if ok and "vision_perturbation" in metrics:
             ties = dict(protocol=ctx.protocol, tie_break=ctx.tie_break, seed=ctx.seed,
                         sample_ids=[samples[i].sample_id for i in ok], batch_size=ctx.forward_batch_size)
+            tie_device = tie_order_device(bundle.model, ctx.protocol, ctx.tie_break)
+            for i in ok:
+                infos[i]["tie_device"] = tie_device
             maps = {"predicted": ex["scores"][ok]} | ({"target": ex["scores_target"][ok]} if with_target else {})
             for kind, kind_maps in maps.items():
                 share = tied_pixel_share(kind_maps)
