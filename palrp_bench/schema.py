@@ -233,6 +233,10 @@ class PalrpConfig:
     #: epsilon-rule stabilisers of the LRP rules (``official`` | ``none``); None = the protocol's default
     #: (``official`` -> ``official``, ``corrected`` -> ``none``; palrp_bench/lrp/stabilizers.py)
     stabilizers: Optional[str] = None
+    #: float32 arithmetic on GPUs (``conv`` | ``off``): ``conv`` = cuDNN convolutions in TF32, matmuls in float32
+    #: (PyTorch's defaults, as the official code ran), ``off`` = both IEEE float32; None = the protocol's default
+    #: (``official`` -> ``conv``, ``corrected`` -> ``off``; palrp_bench/numerics.py). No effect on CPUs.
+    tf32: Optional[str] = None
     seed: int = 0
     #: a single cell or a filter: set by ``model=...``, ``task=...``, ``method=...``, ``metric=...``
     model: Optional[ModelConfig] = None

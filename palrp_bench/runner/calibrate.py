@@ -31,6 +31,7 @@ from pathlib import Path
 from ..atomic_io import write_json_atomic
 from ..data.text_common import real_token_count
 from ..errors import BadInputError
+from ..numerics import tf32_mode
 from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, device_kind, estimate, load_constants,
                    profile_key, sample_work, work_units)
 from .plan import Cell
@@ -123,14 +124,15 @@ def measure_cell(cell: Cell, device: str, n_samples: int, constants: CostConstan
         raise BadInputError(f"task {cell.task.name} has {len(samples)} sample(s); calibration needs 2",
                             "calibrate on a task with more samples")
     metrics = tuple(cell.metrics)
-    t0 = time.perf_counter()
-    adapter.evaluate(bundle, samples[:1], ctx, metrics)
-    first = time.perf_counter() - t0
-    timed = samples[1:]
-    t0, c0 = time.perf_counter(), time.process_time()
-    adapter.evaluate(bundle, timed, ctx, metrics)
-    per_sample = (time.perf_counter() - t0) / len(timed)
-    per_sample_cpu = (time.process_time() - c0) / len(timed)
+    with tf32_mode(cell.tf32):  # the numerics the run will use (TF32 convolutions are faster on GPUs)
+        t0 = time.perf_counter()
+        adapter.evaluate(bundle, samples[:1], ctx, metrics)
+        first = time.perf_counter() - t0
+        timed = samples[1:]
+        t0, c0 = time.perf_counter(), time.process_time()
+        adapter.evaluate(bundle, timed, ctx, metrics)
+        per_sample = (time.perf_counter() - t0) / len(timed)
+        per_sample_cpu = (time.process_time() - c0) / len(timed)
     works = _timed_work(cell, arch, timed, constants)
     units = statistics.fmean(work_units(arch, w) for w in works) if works and works[0] is not None else 0.0
     kind = device_kind(device)

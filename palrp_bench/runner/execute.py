@@ -7,7 +7,9 @@ only what is missing.
 
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
 cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), ``timing``
-(``load_model_s``, ``load_data_s``, ``selection_s``, ``evaluate_s``) and ``peak_device_bytes`` (CUDA only).
+(``load_model_s``, ``load_data_s``, ``selection_s``, ``evaluate_s``), ``peak_device_bytes`` (CUDA only) and
+``numerics``: the device kind and the TF32 flags the job computed with (the cell's ``tf32`` switch, applied for the
+whole job by :func:`palrp_bench.numerics.tf32_mode`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import logging
 import os
 import socket
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from tqdm import tqdm
 from ..atomic_io import write_json_atomic
 from ..errors import BadInputError
 from ..evaluation.tasks import task_adapter
+from ..numerics import device_kind, tf32_mode
 from .batching import BatchSizer, length_sorted
 from .bundles import BundleCache
 from .plan import Job
@@ -173,7 +177,10 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
     status = {"job": job.name, "cell": job.cell.key, "shard": job.shard, "n_shards": job.n_shards,
               "device": device, "host": socket.gethostname(), "pid": os.getpid(), "status": "running",
               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    numerics = ExitStack()
     try:
+        flags = numerics.enter_context(tf32_mode(job.cell.tf32))
+        status["numerics"] = {"device_kind": device_kind(device), "tf32": job.cell.tf32, **flags}
         ensure_cell_record(job, run_dir)
         write_json_atomic(status_path, status)
         seed_everything(job.cell.seed)
@@ -256,6 +263,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         report.error = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise
     finally:
+        numerics.close()  # the TF32 flags as they were before the job
         report.seconds = round(time.monotonic() - t0, 3)
         status.update(status=report.status, finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
                       n_selected=report.n_selected, n_shard=report.n_shard, n_skipped=report.n_skipped,

@@ -125,6 +125,9 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
             "environment": environment(),
             "seeds": sorted({c["settings"]["seed"] for c in cells}),
             "devices": sorted({s.get("device") for c in cells for s in c["shards"] if s.get("device")}),
+            # how the jobs computed float32 (device kind, tf32 switch, the flags in effect), each distinct one once
+            "numerics": [json.loads(n) for n in sorted({json.dumps(s["numerics"], sort_keys=True)
+                                                        for c in cells for s in c["shards"] if s.get("numerics")})],
             "cells": cells,
             "invocations": invocations,
         }

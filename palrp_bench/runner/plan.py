@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import catalog
 from ..errors import BadInputError
 from ..lrp.stabilizers import check_stabilizers, default_stabilizers
+from ..numerics import resolve_tf32
 from ..rundir import cell_directory
 from ..schema import ModelConfig, TaskConfig
 from .batching import check_batch_size
@@ -56,6 +57,8 @@ class Cell:
     tie_break: str | None = None
     #: the epsilon-rule stabilisers asked for (``official`` / ``none``); None = the protocol's default
     stabilizers: str | None = None
+    #: float32 arithmetic on GPUs, resolved (``conv`` / ``off``; :mod:`palrp_bench.numerics`)
+    tf32: str = "conv"
 
     @property
     def stabilizer_choice(self) -> str:
@@ -99,6 +102,8 @@ class Cell:
                     "seed": self.seed}
         if self.tie_break is not None:  # only cells with pixel perturbation (other cells keep their fingerprint)
             settings["tie_break"] = self.tie_break
+        if self.tf32 != "conv":  # conv: the numerics of every run before the switch existed (same fingerprint)
+            settings["tf32"] = self.tf32
         method = get_method(self.method)
         if method.params:  # a baseline's resolved hyperparameters (defaults, the paper's per-dataset values, task's)
             settings["params"] = _plain(method.resolved_params(method.params_for(self.task)))
@@ -114,7 +119,7 @@ class Cell:
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
                 "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
-                "stabilizers": self.stabilizer_choice,
+                "stabilizers": self.stabilizer_choice, "tf32": self.tf32,
                 "aggregation": self.aggregation, "rules": self.rules,
                 "fingerprint": self.fingerprint(), "settings": self.settings()}
 
@@ -168,6 +173,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     protocol = cfg.protocol.value if isinstance(cfg.protocol, Enum) else str(cfg.protocol)
     tie_break = resolve_tie_break(cfg.get("tie_break"), protocol)
     stabilizers = check_stabilizers(cfg.get("stabilizers"))
+    tf32 = resolve_tf32(cfg.get("tf32"), protocol)
     if cfg.rules is not None:
         from ..lrp.composites import get_composite
 
@@ -222,7 +228,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
-                    rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers,
+                    rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32,
                     tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
         if cell.key in seen:
             continue

@@ -357,3 +357,36 @@ def test_on_a_gpu_the_removed_pixels_are_the_official_call_on_that_gpu(fixture_v
                     expected[b, s] = model(resolve_normalization(model)(image[None]))[0].float().cpu()
         torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)
     print(f"CUDA and CPU topk removed different pixel sets in {differs_from_cpu} of {2 * 4 * len(counts)} cases")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: TF32 and per-batch-size kernels are "
+                                                           "GPU behaviour")
+@pytest.mark.parametrize("tf32", ["conv", "off"])
+def test_on_a_gpu_tie_sets_follow_the_maps_across_batch_sizes(fixture_vit, tf32):
+    """Batch invariance on a GPU, per TF32 choice (docs/evaluation.md, "Numerics on GPUs"): the relevance maps of
+    images explained in one batch and one by one agree to the CUDA bound, and under ``topk`` a map's removed
+    pixels depend on that map alone (one official-shape call per map), so removed sets differ only where the maps
+    themselves differ; how many maps and sets moved is printed for the record."""
+    import palrp_bench
+    from palrp_bench.metrics.perturbation import perturbation_masks
+    from palrp_bench.numerics import tf32_mode
+
+    model = copy.deepcopy(fixture_vit).to("cuda")
+    images = torch.rand(6, 3, 224, 224, generator=torch.Generator().manual_seed(5))
+    pixels = resolve_normalization(model)(images).cuda()
+    with tf32_mode(tf32):
+        together = palrp_bench.explain(model, pixels, method="pa_lrp").scores.float()
+        alone = torch.cat([palrp_bench.explain(model, pixels[i:i + 1], method="pa_lrp").scores.float()
+                           for i in range(6)])
+        sets = [perturbation_masks(m, positive, tie_break="topk") for m in (together, alone) for positive in (1, 0)]
+    scale = together.abs().amax(dim=(1, 2), keepdim=True)
+    gap = float(((together - alone).abs() / scale).max())
+    assert gap <= 1e-3, f"relevance moved by {gap:.2e} of its maximum between batch sizes (tf32={tf32})"
+    same_map = (together == alone).flatten(1).all(1)
+    for a, b in ((sets[0], sets[2]), (sets[1], sets[3])):
+        moved = (a != b).flatten(2).any(2)  # [maps, steps]
+        assert not bool(moved[same_map].any())
+    print(f"tf32={tf32}: relevance gap {gap:.2e}; {int((~same_map).sum())} of 6 maps not bitwise equal; "
+          f"{int(sum(int((a != b).flatten(2).any(2).sum()) for a, b in ((sets[0], sets[2]), (sets[1], sets[3]))))} "
+          f"of 108 removed sets moved")

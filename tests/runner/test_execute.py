@@ -58,8 +58,8 @@ def test_resume_computes_only_missing_samples(tmp_path):
 
 def test_resume_with_other_settings_is_refused(tmp_path):
     _run(tmp_path, "runner.max_samples=3")
-    # the protocol also changes its default stabilizers (official -> none)
-    with pytest.raises(BadInputError, match=r"other settings \(changed: protocol, stabilizers\)"):
+    # the protocol also changes its default stabilizers (official -> none) and TF32 (conv -> off)
+    with pytest.raises(BadInputError, match=r"other settings \(changed: protocol, stabilizers, tf32\)"):
         _run(tmp_path, "protocol=corrected")
     with pytest.raises(BadInputError, match=r"other settings \(changed: stabilizers\)"):
         _run(tmp_path, "stabilizers=none")
