@@ -33,7 +33,7 @@ shared machine, wall time / CPU time shows how much of a core the run actually g
 memory, and projects each table:
 for every cell of its experiment, load + (paper samples x time per sample), all methods assumed to cost what
 ``pa_lrp`` costs (``grad_x_input`` is cheaper), selection forwards not included (about one plain forward per
-candidate, a few percent of a sample).
+candidate, a few percent of a sample). ``--json PATH`` writes the same as data (:func:`as_data`).
 """
 from __future__ import annotations
 
@@ -391,6 +391,18 @@ def _model_overrides(target: Target, work: Path, dtype_choice: str = "config") -
 
 
 # ----------------------------------------------------------------------------------------------- running
+def pipeline_overrides(target: Target, work: Path, dtype_choice: str = "config") -> list[str]:
+    """The CLI overrides that select ``target``'s pipeline on the rehearsal's checkpoint and data (both built
+    under ``work`` on first use): model, task, ``method=pa_lrp``, their local paths and the target's own."""
+    overrides = _model_overrides(target, work, dtype_choice) + [f"task.path={_data_path(target, work)}"]
+    return [f"model={target.model}", f"task={target.task}", "method=pa_lrp", *overrides, *target.overrides]
+
+
+def devices_override(device: str) -> str:
+    """``runner.devices`` for ``--device``: the CPU, or the first GPU."""
+    return "[cpu]" if device == "cpu" else "[cuda:0]"
+
+
 @dataclass
 class Measured:
     target: str
@@ -407,6 +419,8 @@ class Measured:
     cpu_s: float = 0.0
     load_avg: float = 0.0
     note: str = ""
+    log: str = ""  # the CLI child's output
+    run_dir: str = ""
     extra: dict = field(default_factory=dict)
 
 
@@ -415,6 +429,13 @@ def _available_gib() -> float:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) / 1024 ** 2
     return float("inf")
+
+
+def memory_shortfall(target: Target, device: str) -> str | None:
+    """Why ``target`` cannot run on the CPU of this machine (it needs more memory than is available), or None."""
+    if device == "cpu" and target.memory_gib > _available_gib():
+        return f"needs about {target.memory_gib:.0f} GiB of memory, {_available_gib():.1f} GiB available"
+    return None
 
 
 def _peak_rss_kib(pid: int) -> int:
@@ -446,21 +467,24 @@ def _planned(overrides: list[str], run_dir: Path) -> tuple[float | None, float |
     return per_sample, budget.load_seconds
 
 
-def run_target(target: Target, args, work: Path) -> Measured:
-    if args.device == "cpu" and target.memory_gib > _available_gib():
-        return Measured(target.name, "skipped", note=f"needs about {target.memory_gib:.0f} GiB of memory, "
-                        f"{_available_gib():.1f} GiB available")
-    overrides = _model_overrides(target, work, args.dtype) + [f"task.path={_data_path(target, work)}"]
-    run_dir = work / "runs" / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    device = "[cpu]" if args.device == "cpu" else "[cuda:0]"
-    command = [sys.executable, "-m", "palrp_bench.cli", f"model={target.model}", f"task={target.task}",
-               "method=pa_lrp", *overrides, *target.overrides, "task.selection=all",
-               f"runner.max_samples={args.samples}", f"runner.devices={device}", "runner.quiet=true",
+def run_target(target: Target, args, work: Path, out: Path | None = None) -> Measured:
+    """Build what ``target`` needs under ``work`` (reused), run its pipeline through the CLI with ``args.samples``,
+    ``args.device``, ``args.batch_size``, ``args.dtype`` and the ``args.max_minutes`` cap, and return what it
+    measured. The run directory goes to ``<out>/runs/``, the child's output to ``<out>/logs/`` (``out`` defaults to
+    ``work``)."""
+    out = work if out is None else out
+    too_large = memory_shortfall(target, args.device)
+    if too_large:
+        return Measured(target.name, "skipped", note=too_large)
+    run_dir = out / "runs" / f"{target.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    command = [sys.executable, "-m", "palrp_bench.cli", *pipeline_overrides(target, work, args.dtype),
+               "task.selection=all", f"runner.max_samples={args.samples}",
+               f"runner.devices={devices_override(args.device)}", "runner.quiet=true",
                f"runner.batch_size={args.batch_size}", "runner.cache_explanations=false", f"run_dir={run_dir}"]
     planned = _planned(command[3:], run_dir)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    log_path = work / "logs" / f"{run_dir.name}.log"
+    log_path = out / "logs" / f"{run_dir.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "w") as log:
@@ -487,7 +511,7 @@ def run_target(target: Target, args, work: Path) -> Measured:
     m = Measured(target.name, "capped" if stopped else ("ok" if rc == 0 else f"failed (exit {rc})"),
                  peak_rss_gib=peak_kib / 1024 ** 2 if peak_kib else None, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
                  load_avg=os.getloadavg()[1], note=target.note, planned_sample_s=planned[0],
-                 planned_load_s=planned[1])
+                 planned_load_s=planned[1], log=str(log_path), run_dir=str(run_dir))
     if statuses:
         status = statuses[0]
         timing = status.get("timing", {})
@@ -512,6 +536,53 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
+@dataclass
+class Projection:
+    """One table's projected device time: every cell whose (model, task) a rehearsal target measured costs
+    ``methods x (model load + data load + paper samples x time per sample)``; ``by_target`` splits the total by
+    the target that priced the cells."""
+
+    table: str
+    cells: int
+    measured: int
+    seconds: float | None
+    by_target: dict[str, float] = field(default_factory=dict)
+
+
+def project(results: list[Measured], targets: dict[str, Target]) -> list[Projection]:
+    """The projection of every table of :data:`TABLE_CELLS` from ``results`` (the targets that project a table
+    and measured a time per sample)."""
+    by_cell = {}
+    for m in results:
+        t = targets[m.target]
+        if m.per_sample_s is not None and t.tables:
+            by_cell[(t.model, t.task)] = m
+    out = []
+    for table, cells in TABLE_CELLS.items():
+        by_target: dict[str, float] = {}
+        for model, task, n_methods in cells:
+            base_task = task.replace("_noncausal", "")
+            m = by_cell.get((model, base_task))
+            if m is None:
+                continue
+            seconds = n_methods * ((m.load_model_s or 0) + (m.load_data_s or 0)
+                                   + PAPER_SAMPLES[base_task] * m.per_sample_s)
+            by_target[m.target] = by_target.get(m.target, 0.0) + seconds
+        measured = sum(1 for model, task, _ in cells if (model, task.replace("_noncausal", "")) in by_cell)
+        out.append(Projection(table, len(cells), measured, sum(by_target.values()) if measured else None,
+                              by_target))
+    return out
+
+
+def as_data(results: list[Measured], targets: dict[str, Target], args) -> dict:
+    """What :func:`report` prints, as data (the ``--json`` file)."""
+    from dataclasses import asdict
+
+    return {"device": args.device, "samples": args.samples, "batch_size": str(args.batch_size),
+            "dtype": args.dtype, "targets": [asdict(m) for m in results],
+            "tables": [asdict(p) for p in project(results, targets)]}
+
+
 def report(results: list[Measured], targets: dict[str, Target], args) -> str:
     lines = [f"| target | status | samples | model load (plan) | data load | time / sample (plan) | measured / plan | "
              f"peak RSS | peak {args.device} memory | wall / CPU time of the process | load avg | note |",
@@ -524,28 +595,14 @@ def report(results: list[Measured], targets: dict[str, Target], args) -> str:
                      f"{_fmt(m.per_sample_s, '.1f', ' s')} ({_fmt(m.planned_sample_s, '.1f', ' s')}) | {ratio} | "
                      f"{_fmt(m.peak_rss_gib, '.1f', ' GiB')} | {_fmt(m.peak_device_gib, '.1f', ' GiB')} | "
                      f"{m.wall_s:.0f} s / {m.cpu_s:.0f} s | {m.load_avg:.1f} | {m.note} |")
-    by_cell = {}
-    for m in results:
-        t = targets[m.target]
-        if m.per_sample_s is not None and t.tables:
-            by_cell[(t.model, t.task)] = m
     lines += ["", "| table | cells measured | projected total (load + paper samples x time / sample, all cells) |",
               "|---|---|---|"]
-    for table, cells in TABLE_CELLS.items():
-        total, measured = 0.0, 0
-        for model, task, n_methods in cells:
-            m = by_cell.get((model, task.replace("_noncausal", "")))
-            if m is None:
-                continue
-            measured += 1
-            base_task = task.replace("_noncausal", "")
-            total += n_methods * ((m.load_model_s or 0) + (m.load_data_s or 0)
-                                  + PAPER_SAMPLES[base_task] * m.per_sample_s)
-        if measured:
-            lines.append(f"| {table} | {measured} of {len(cells)} | {_hours(total)}"
-                         f"{'' if measured == len(cells) else ' (measured cells only)'} |")
+    for p in project(results, targets):
+        if p.seconds is None:
+            lines.append(f"| {p.table} | 0 of {p.cells} | - |")
         else:
-            lines.append(f"| {table} | 0 of {len(cells)} | - |")
+            lines.append(f"| {p.table} | {p.measured} of {p.cells} | {_hours(p.seconds)}"
+                         f"{'' if p.measured == p.cells else ' (measured cells only)'} |")
     return "\n".join(lines)
 
 
@@ -565,6 +622,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / "rehearsal",
                         help="where checkpoints, data and runs go (large; reused by later calls)")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--json", type=Path, help="also write the measurements and projections to this JSON file")
     args = parser.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -582,6 +640,8 @@ def main(argv=None) -> int:
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(as_data(results, {t.name: t for t in TARGETS}, args), indent=1) + "\n")
     return 0 if all(not m.status.startswith("failed") for m in results) else 1
 
 

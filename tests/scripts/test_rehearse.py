@@ -53,6 +53,24 @@ def test_projection_is_load_plus_paper_samples_times_time_per_sample():
     assert "| table1 | 0 of 3 | - |" in text
 
 
+def test_projection_as_data_splits_each_table_by_the_target_that_priced_its_cells():
+    import json
+
+    m = rehearse.Measured("llama3_8b_mcqa", "ok", samples=2, load_model_s=10.0, load_data_s=1.0, per_sample_s=2.0)
+    skipped = rehearse.Measured("deit_base_imagenet", "skipped", note="needs memory")
+    targets = {t.name: t for t in rehearse.TARGETS}
+    tables = {p.table: p for p in rehearse.project([m, skipped], targets)}
+    # mcqa and mcqa_noncausal: 2 cells x 3 methods x (10 s + 1 s + 1000 x 2 s)
+    assert (tables["table3"].measured, tables["table3"].cells) == (2, 4)
+    assert tables["table3"].by_target == {"llama3_8b_mcqa": pytest.approx(2 * 3 * 2011.0)}
+    assert tables["table3"].seconds == pytest.approx(12066.0)
+    assert tables["table1"].seconds is None and tables["table1"].by_target == {}
+    args = type("A", (), {"device": "cpu", "samples": 2, "batch_size": 1, "dtype": "config"})()
+    data = json.loads(json.dumps(rehearse.as_data([m, skipped], targets, args)))
+    assert [t["target"] for t in data["targets"]] == ["llama3_8b_mcqa", "deit_base_imagenet"]
+    assert {t["table"]: t["seconds"] for t in data["tables"]}["table3"] == pytest.approx(12066.0)
+
+
 def test_each_measurement_stands_beside_the_plans_estimate_for_the_same_command(tmp_path):
     per_sample, load = rehearse._planned(["model=tiny_llama_cls", "task=synthetic_sentiment", "method=pa_lrp",
                                           "runner.max_samples=2", "runner.devices=[cpu]"], tmp_path / "run")
