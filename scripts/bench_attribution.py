@@ -19,7 +19,8 @@ GPT-NeoX parallel residual and partial rotary).
         smoothgrad attn_rollout grad_attn_rollout grad_cam atman   # the baselines (docs/baselines.md)
 
 ``--methods`` takes any method that fits a language model (multi-pass baselines run ``--forward-batch`` rows per
-forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token).
+forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token). ``--json PATH`` also writes the
+settings and every row as data, rewritten after each row (a run that dies keeps the rows it finished).
 """
 from __future__ import annotations
 
@@ -32,11 +33,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import transformers
 
 from palrp_bench import explain
+from palrp_bench.atomic_io import write_json_atomic
 
 PRESETS = {
     # small enough for a laptop CPU, large enough that matmuls dominate
@@ -178,6 +181,7 @@ def main(argv=None):
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
     ap.add_argument("--stabilizers", choices=["official", "none"], default=None,
                     help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official)")
+    ap.add_argument("--json", type=Path, help="also write the settings and the rows to this JSON file")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     FORWARD_BATCH["rows"] = args.forward_batch
@@ -203,10 +207,19 @@ def main(argv=None):
         print(sampler.stop() - base)
         return
     sizes = PRESETS[args.preset]
-    print(f"# preset={args.preset} layers={sizes['num_hidden_layers']} hidden={sizes['hidden_size']} "
-          f"dtype={args.dtype} device={device} batch={args.batch} threads={torch.get_num_threads()} "
-          f"torch={torch.__version__} transformers={transformers.__version__} "
-          f"stabilizers={args.stabilizers or 'official (default)'}")
+    settings = {"preset": args.preset, "layers": sizes["num_hidden_layers"], "hidden": sizes["hidden_size"],
+                "dtype": args.dtype, "device": str(device), "batch": args.batch, "threads": torch.get_num_threads(),
+                "torch": torch.__version__, "transformers": transformers.__version__,
+                "stabilizers": args.stabilizers or "official (default)", "reference": reference,
+                "warmup": args.warmup, "repeats": args.repeats,
+                "peak_mib": ("extra peak of one attribution over the built model: "
+                             + ("allocator high-water mark" if device.type == "cuda"
+                                else "peak RSS growth of a fresh process") if args.memory else "not measured")}
+    if device.type == "cuda":
+        settings["gpu"] = torch.cuda.get_device_name(device)
+    print("# " + " ".join(f"{k}={settings[k]}" for k in ("preset", "layers", "hidden", "dtype", "device", "batch",
+                                                          "threads", "torch", "transformers", "stabilizers")))
+    rows = []
     print(f"| family | length | method | ms / attribution | ratio vs {reference} | peak mem (MiB) |")
     print("|---|---:|---|---:|---:|---:|")
     for family in families:
@@ -223,9 +236,14 @@ def main(argv=None):
             ms = {m: statistics.median(t) for m, t in times.items()}
             del model
             for m in methods:
-                mem = f"{peak_memory_mb(args, length, m):.0f}" if args.memory else "-"
+                peak = peak_memory_mb(args, length, m) if args.memory else None
+                mem = "-" if peak is None else f"{peak:.0f}"
                 print(f"| {family} | {length} | {m} | {ms[m]:.1f} | {ms[m] / ms[reference]:.3f} | {mem} |",
                       flush=True)
+                rows.append({"family": family, "length": length, "method": m, "ms": ms[m],
+                             "ratio": ms[m] / ms[reference], "peak_mib": peak})
+                if args.json:
+                    write_json_atomic(args.json, {**settings, "rows": rows})
 
 
 if __name__ == "__main__":
