@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.palrp-installed
 
-.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f attnlrp_table1 bench clean
+.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f attnlrp_table1 bench gpu-check clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,13 @@ table1 table2 table3 table4 table5 appendix_f attnlrp_table1: setup
 
 bench: setup
 	$(PY) scripts/bench_attribution.py
+
+# One check of a CUDA machine: the suite (as `make test`), calibration, a 20-sample rehearsal of every target and
+# the bench, one summary table, everything under gpu_check/<stamp>/ (docs/rehearsal.md "GPU check"). Without a GPU
+# it stops at once (exit 2); a CPU dry run: make gpu-check ARGS="--device cpu --samples 2
+# --targets deit_tiny_imagenet_seg --skip suite,bench"
+gpu-check: setup
+	$(PY) scripts/gpu_check.py $(ARGS)
 
 clean:
 	rm -rf outputs multirun .pytest_cache

@@ -1,0 +1,538 @@
+"""One check of a CUDA machine (``make gpu-check``; docs/rehearsal.md "GPU check"): the test suite, calibration,
+a rehearsal of every target and the attribution bench, then one summary table.
+
+    python scripts/gpu_check.py                                   # on a CUDA machine: everything
+    python scripts/gpu_check.py --skip suite --samples 5           # a shorter rehearsal, no test suite
+    python scripts/gpu_check.py --device cpu --samples 2 --targets deit_tiny_imagenet_seg --skip suite,bench
+
+Steps, in this order (``--skip`` leaves any of them out):
+
+* ``suite``: the test suite as ``make test`` runs it: ``pytest -q tests``, then the numerics directories (the
+  Makefile's ``NUMERIC_TESTS``) again under ``ATEN_CPU_CAPABILITY=avx2`` (x86 only); one row each, counted from
+  pytest's JUnit XML.
+* ``calibrate``: ``palrp-bench mode=calibrate`` once per model of the chosen targets (docs/planning.md
+  "Calibration"), on the rehearsal's checkpoints and data; one row each, read from the ``cost.json`` it writes.
+  It runs before the rehearsal so that the plan's estimates beside the rehearsal's measurements use this
+  device's constants (a GPU has no shipped ones).
+* ``rehearse``: ``scripts/rehearse.py``'s pipeline of every chosen target through the CLI
+  (:func:`rehearse.run_target`, ``--samples`` samples each), then the projected time of every paper table
+  (:func:`rehearse.project`).
+* ``bench``: ``scripts/bench_attribution.py`` (on CUDA the issue's shapes: the LLaMA-2-7B preset in bf16 at 512,
+  2048 and 4096 tokens), read from its ``--json`` file; one row per length and method.
+
+A step that fails (a non-zero exit of what it runs, or an exception) is one FAILED row naming its log file, and
+the next step still runs. Everything goes under ``--out`` (default ``gpu_check/<stamp>/``, ignored by git):
+``summary.md`` / ``summary.json`` (the table), ``environment.json`` (machine, GPU, library versions, commit),
+``gpu_check.log`` (what was printed), one folder per step with its logs, and ``cache/`` (the palrp-bench user cache
+of this check: ``cost.json`` with the calibration, remembered batch sizes). The checkpoints and data the
+rehearsal builds go to ``--work`` (default ``rehearsal/``, reused by later calls, about 35 GB). Exit status: 0
+when no row failed, 1 otherwise, 2 when no CUDA device is present (unless ``--device cpu``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+import rehearse  # noqa: E402  (scripts/rehearse.py: targets, their checkpoints and data, measurement)
+
+GIB = 1024 ** 3
+STEPS = ("suite", "calibrate", "rehearse", "bench")
+OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
+#: what the bench runs when --bench-args is not given: the issue's GPU shapes, and a quick CPU dry run
+BENCH_ARGS = {"cuda": "--preset llama2_7b --dtype bfloat16 --lengths 512 2048 4096",
+              "cpu": "--preset small --lengths 128 --repeats 1 --warmup 0 --no-memory"}
+COLUMNS = ("step", "target", "status", "wall", "s / sample", "plan s / sample", "measured / plan", "peak memory",
+           "projected", "note", "log")
+
+
+@dataclass
+class Row:
+    """One line of the summary: a step's result for one target (or the whole step)."""
+
+    step: str
+    target: str
+    status: str  # ok / FAILED / skipped / partial (a projection with unmeasured cells)
+    wall_s: float | None = None
+    per_sample_s: float | None = None
+    planned_s: float | None = None
+    peak_gib: float | None = None
+    projected_s: float | None = None
+    note: str = ""
+    log: str = ""
+
+
+class Check:
+    """What the steps share: the options, the output folder and the environment of their child processes."""
+
+    def __init__(self, args, out: Path):
+        self.args = args
+        self.out = out
+        self.work = args.work.resolve()
+        self.env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+                        TOKENIZERS_PARALLELISM="false")
+
+    def folder(self, step: str) -> Path:
+        path = self.out / step
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def targets(self) -> list[rehearse.Target]:
+        return [t for t in rehearse.TARGETS if t.name in self.args.targets]
+
+    def rehearse_args(self):
+        a = self.args
+        return argparse.Namespace(device=a.device, samples=a.samples, max_minutes=a.max_minutes,
+                                  batch_size=a.batch_size, dtype="config")
+
+
+# ----------------------------------------------------------------------------------------------- orchestration
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _last_line(log: Path) -> str:
+    """The CLI's one-line error if the log has one, else its last line."""
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if ": error:" in line]
+    return _one_line((errors or lines or [""])[-1])
+
+
+def failed_row(step: str, target: str, err: BaseException, log: Path, wall_s: float | None = None) -> Row:
+    """The row of a step (or target) that raised: the exception in one line, its traceback in ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("".join(traceback.format_exception(type(err), err, err.__traceback__)))
+    what = f"exit {err.code}" if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
+    return Row(step, target, FAILED, wall_s=wall_s, note=_one_line(what), log=str(log))
+
+
+def run_steps(steps: list[tuple[str, Callable[[], Iterable[Row]]]], skip: Iterable[str], out: Path,
+              echo: Callable[[Row], None] = lambda row: None, timings: dict | None = None) -> list[Row]:
+    """Run each step (a callable yielding rows) in order. A skipped step is one ``skipped`` row; a step that
+    raises (or calls ``sys.exit``) keeps the rows it yielded and adds one FAILED row whose log holds the
+    traceback; the next step runs anyway. Ctrl-C stops after a FAILED row for the interrupted step. Each step's
+    wall seconds go to ``timings``."""
+    rows: list[Row] = []
+    skip = set(skip)
+    timings = {} if timings is None else timings
+    for name, step in steps:
+        if name in skip:
+            rows.append(Row(name, "-", SKIPPED, note="--skip"))
+            echo(rows[-1])
+            continue
+        t0 = time.monotonic()
+        try:
+            for row in step():
+                rows.append(row)
+                echo(row)
+        except KeyboardInterrupt:
+            rows.append(Row(name, "-", FAILED, wall_s=time.monotonic() - t0, note="interrupted (Ctrl-C)"))
+            echo(rows[-1])
+            timings[name] = time.monotonic() - t0
+            break
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - one failed step is one row; the others still run
+            rows.append(failed_row(name, "-", err, out / name / "error.log", time.monotonic() - t0))
+            echo(rows[-1])
+        timings[name] = time.monotonic() - t0
+    return rows
+
+
+def exit_status(rows: list[Row]) -> int:
+    return 1 if any(r.status == FAILED for r in rows) else 0
+
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f} s" if x < 1 else (f"{x:.1f} s" if x < 100 else f"{x:.0f} s")
+
+
+def _relative(path: str, out: Path) -> str:
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(out.resolve()))
+    except ValueError:
+        return path
+
+
+def summary_table(rows: list[Row], out: Path) -> str:
+    """The Markdown summary: one line per row (log paths relative to ``out``)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        ratio = f"{r.per_sample_s / r.planned_s:.2f}" if r.per_sample_s is not None and r.planned_s else "-"
+        cells = (r.step, r.target, r.status, _seconds(r.wall_s), _seconds(r.per_sample_s), _seconds(r.planned_s),
+                 ratio, rehearse._fmt(r.peak_gib, ".1f", " GiB"),
+                 "-" if r.projected_s is None else rehearse._hours(r.projected_s), r.note.replace("|", "/"),
+                 _relative(r.log, out))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- the steps
+def _run(command: list[str], log: Path, env: dict, cwd: Path = REPO) -> tuple[int, float]:
+    """Run ``command`` with its output in ``log`` (the command first); ``(exit code, wall seconds)``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        f.write(" ".join(shlex.quote(c) for c in command) + "\n")
+        f.flush()
+        code = subprocess.run(command, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    return code, time.monotonic() - t0
+
+
+def numeric_tests(makefile: Path = REPO / "Makefile") -> list[str]:
+    """The Makefile's ``NUMERIC_TESTS`` (the directories ``make test`` runs again on AVX2 kernels)."""
+    match = re.search(r"^NUMERIC_TESTS\s*:?=\s*(.+)$", makefile.read_text(), flags=re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"no NUMERIC_TESTS line in {makefile}")
+    return match.group(1).split()
+
+
+def junit_counts(xml_path: Path) -> tuple[dict[str, int], list[str]]:
+    """``({tests, failures, errors, skipped}, failing test ids)`` of a pytest JUnit XML file."""
+    root = ET.parse(xml_path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    failing = [f"{case.get('classname', '')}::{case.get('name', '')}" for case in root.iter("testcase")
+               if case.find("failure") is not None or case.find("error") is not None]
+    return counts, failing
+
+
+def pytest_row(check: Check, name: str, label: str, paths: list[str], extra_env: dict | None = None) -> Row:
+    """Run pytest on ``paths`` (as ``make test`` does; output in ``suite/<name>.log``) and summarise it in one
+    row labelled ``label``."""
+    folder = check.folder("suite")
+    log, xml = folder / f"{name}.log", folder / f"{name}.junit.xml"
+    env = dict(check.env, **(extra_env or {}))
+    code, wall = _run([sys.executable, "-m", "pytest", "-q", *paths, f"--junitxml={xml}"], log, env)
+    if not xml.is_file():
+        return Row("suite", label, FAILED, wall_s=wall, note=f"pytest exit {code}: {_last_line(log)}", log=str(log))
+    counts, failing = junit_counts(xml)
+    bad = counts["failures"] + counts["errors"]
+    passed = counts["tests"] - bad - counts["skipped"]
+    note = f"{passed} passed, {counts['skipped']} skipped"
+    if bad:
+        shown = ", ".join(failing[:3]) + (f" and {len(failing) - 3} more" if len(failing) > 3 else "")
+        note = f"{bad} failed of {counts['tests']}: {shown}"
+    elif code != 0:
+        note += f"; pytest exit {code}"
+    return Row("suite", label, OK if code == 0 else FAILED, wall_s=wall, note=note, log=str(log))
+
+
+def suite_step(check: Check) -> Iterable[Row]:
+    """The suite, then its numerics directories on AVX2 kernels (``make test``); ``--tests`` replaces both."""
+    chosen = check.args.tests
+    yield pytest_row(check, "tests", "tests", chosen or ["tests"])
+    label = "numerics, AVX2 kernels"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        yield Row("suite", label, SKIPPED, note=f"not an x86 CPU ({platform.machine()})")
+        return
+    yield pytest_row(check, "numerics_avx2", label, chosen or numeric_tests(), {"ATEN_CPU_CAPABILITY": "avx2"})
+
+
+def _per_model(targets: list[rehearse.Target]) -> list[rehearse.Target]:
+    """The first target of each model (model config and checkpoint): what calibration measures."""
+    seen, out = set(), []
+    for t in targets:
+        if (t.model, t.checkpoint) not in seen:
+            seen.add((t.model, t.checkpoint))
+            out.append(t)
+    return out
+
+
+def _calibration_of(cost_file: Path, model: str) -> tuple[dict | None, dict]:
+    """The newest measurement of ``model`` in ``cost_file`` and the profiles of its device kind."""
+    try:
+        devices = json.loads(cost_file.read_text()).get("devices", {})
+    except (OSError, ValueError):
+        return None, {}
+    found = [(entry.get("calibrated", ""), m, entry.get("profiles", {})) for entry in devices.values()
+             for m in entry.get("measurements", []) if m.get("model") == model]
+    if not found:
+        return None, {}
+    _, measurement, profiles = max(found, key=lambda f: f[0])
+    return measurement, profiles
+
+
+def calibrate_step(check: Check) -> Iterable[Row]:
+    """``palrp-bench mode=calibrate`` per model of the chosen targets; the measurements go to
+    ``calibrate/calibrate.json`` (each run replaces the measurements of its device kind in ``cost.json``)."""
+    from palrp_bench.runner.cost import user_cost_path
+
+    folder = check.folder("calibrate")
+    collected = []
+    for target in _per_model(check.targets()):
+        too_large = rehearse.memory_shortfall(target, check.args.device)
+        if too_large:
+            yield Row("calibrate", target.name, SKIPPED, note=too_large)
+            continue
+        log = folder / f"{target.name}.log"
+        t0 = time.monotonic()
+        try:
+            overrides = rehearse.pipeline_overrides(target, check.work)
+        except Exception as err:  # noqa: BLE001 - a checkpoint or data set that cannot be built fails one row
+            yield failed_row("calibrate", target.name, err, log, time.monotonic() - t0)
+            continue
+        built = time.monotonic() - t0
+        code, wall = _run([sys.executable, "-m", "palrp_bench.cli", "mode=calibrate", *overrides,
+                           f"runner.devices={rehearse.devices_override(check.args.device)}", "runner.quiet=true"],
+                          log, check.env, cwd=check.work)
+        measurement, profiles = _calibration_of(user_cost_path(), target.model) if code == 0 else (None, {})
+        if measurement is None:
+            yield Row("calibrate", target.name, FAILED, wall_s=wall,
+                      note=f"exit {code}: {_last_line(log)}" if code else "no measurement in cost.json", log=str(log))
+            continue
+        collected.append(measurement)
+        fitted = profiles.get(measurement["profile"], {})
+        s = fitted.get("seconds_per_unit")
+        note = (f"{target.model} ({measurement['profile']}): load {_seconds(measurement['load_seconds'])}, "
+                f"{measurement['n_timed']} timed; plan = constants before; fitted s/unit "
+                f"{'?' if s is None else f'{s:.3g}'}, overhead {fitted.get('overhead_s', 0):.3g} s")
+        if measurement.get("estimated_peak"):
+            note += f"; estimated peak {measurement['estimated_peak'] / GIB:.1f} GiB"
+        if built > 1:
+            note += f"; built checkpoint/data {built:.0f} s"
+        yield Row("calibrate", target.name, OK, wall_s=wall, per_sample_s=measurement["per_sample"],
+                  planned_s=measurement.get("predicted"),
+                  peak_gib=None if measurement.get("peak_bytes") is None else measurement["peak_bytes"] / GIB,
+                  note=note, log=str(log))
+        (folder / "calibrate.json").write_text(json.dumps(collected, indent=1) + "\n")
+
+
+def measured_row(m: rehearse.Measured, device: str) -> Row:
+    """A rehearsal measurement as a summary row (a run stopped by ``--max-minutes`` is ok if it timed samples)."""
+    peak = m.peak_device_gib if device != "cpu" else m.peak_rss_gib
+    if m.status == "ok":
+        status, note = OK, m.note
+    elif m.status == "capped":
+        status = OK if m.per_sample_s is not None else FAILED
+        note = f"stopped at --max-minutes after {m.samples} sample(s)"
+    elif m.status == "skipped":
+        status, note = SKIPPED, m.note
+    else:
+        status, note = FAILED, f"{m.status}: {m.note}"
+    loads = [f"{what} load {x:.0f} s" for what, x in (("model", m.load_model_s), ("data", m.load_data_s))
+             if x is not None]
+    if m.samples:
+        loads.insert(0, f"{m.samples} samples")
+    note = "; ".join(x for x in (", ".join(loads), note) if x)
+    return Row("rehearse", m.target, status, wall_s=m.wall_s or None, per_sample_s=m.per_sample_s,
+               planned_s=m.planned_sample_s, peak_gib=peak, note=note, log=m.log)
+
+
+def rehearse_step(check: Check) -> Iterable[Row]:
+    """Every chosen target through the CLI, one row each, then one row per paper table's projection and one for
+    the whole paper; ``rehearse/rehearse.json`` holds the measurements (:func:`rehearse.as_data`)."""
+    folder = check.folder("rehearse")
+    targets = {t.name: t for t in rehearse.TARGETS}
+    args = check.rehearse_args()
+    results, rows = [], []
+    for target in check.targets():
+        t0 = time.monotonic()
+        try:
+            m = rehearse.run_target(target, args, check.work, folder)
+        except Exception as err:  # noqa: BLE001 - e.g. a checkpoint that cannot be built: one row
+            yield failed_row("rehearse", target.name, err, folder / "logs" / f"{target.name}.error.log",
+                             time.monotonic() - t0)
+            continue
+        results.append(m)
+        rows.append(measured_row(m, check.args.device))
+        yield rows[-1]
+    projections = rehearse.project(results, targets)
+    (folder / "rehearse.json").write_text(json.dumps(rehearse.as_data(results, targets, args), indent=1) + "\n")
+    for row in rows:  # each target's share of the paper's projected time
+        shares = [p.by_target[row.target] for p in projections if row.target in p.by_target]
+        row.projected_s = sum(shares) if shares else None
+    for p in projections:
+        status = SKIPPED if p.seconds is None else (OK if p.measured == p.cells else "partial")
+        yield Row("projection", p.table, status, projected_s=p.seconds,
+                  note=f"{p.measured} of {p.cells} cells measured" + ("" if p.measured in (0, p.cells)
+                                                                     else " (the others not counted)"))
+    measured = [p for p in projections if p.seconds is not None]
+    cells = sum(p.cells for p in projections)
+    done = sum(p.measured for p in projections)
+    yield Row("projection", "whole paper", SKIPPED if not measured else (OK if done == cells else "partial"),
+              projected_s=sum(p.seconds for p in measured) if measured else None,
+              note=f"{done} of {cells} cells measured; load + paper samples x time per sample, every method "
+                   f"priced like pa_lrp")
+
+
+def bench_step(check: Check) -> Iterable[Row]:
+    """``scripts/bench_attribution.py`` with ``--bench-args`` on the device; one row per length and method."""
+    folder = check.folder("bench")
+    log, data = folder / "bench.log", folder / "bench.json"
+    bench_args = shlex.split(check.args.bench_args or BENCH_ARGS[check.args.device])
+    code, wall = _run([sys.executable, str(REPO / "scripts" / "bench_attribution.py"), *bench_args,
+                       "--device", check.args.device, "--json", str(data)], log, check.env)
+    result = json.loads(data.read_text()) if data.is_file() else {"rows": []}
+    for r in result["rows"]:
+        yield Row("bench", f"{r['family']} {r['length']} tokens {r['method']}", OK, per_sample_s=r["ms"] / 1000,
+                  peak_gib=None if r.get("peak_mib") is None else r["peak_mib"] / 1024,
+                  note=f"{r['ratio']:.2f}x {result['reference']}; {result['preset']} {result['dtype']}", log=str(log))
+    if code != 0:
+        yield Row("bench", "-", FAILED, wall_s=wall, note=f"exit {code}: {_last_line(log)}", log=str(log))
+    elif not result["rows"]:
+        yield Row("bench", "-", FAILED, wall_s=wall, note="no rows in bench.json", log=str(log))
+
+
+def steps_for(check: Check) -> list[tuple[str, Callable[[], Iterable[Row]]]]:
+    """The steps in their order (calibration before the rehearsal: its plan estimates use the constants)."""
+    return [("suite", lambda: suite_step(check)), ("calibrate", lambda: calibrate_step(check)),
+            ("rehearse", lambda: rehearse_step(check)), ("bench", lambda: bench_step(check))]
+
+
+# ----------------------------------------------------------------------------------------------- main
+def environment(args) -> dict:
+    """What the results depend on: machine, GPU, library versions, commit (each field best-effort)."""
+    info: dict = {"argv": sys.argv, "device": args.device, "python": sys.version.split()[0],
+                  "machine": platform.machine(), "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+    def record(key, fn):
+        try:
+            info[key] = fn()
+        except Exception as err:  # noqa: BLE001 - a missing tool is one field, not a failed check
+            info[key] = f"unknown ({type(err).__name__}: {_one_line(err, 120)})"
+
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+    record("commit", lambda: git("rev-parse", "HEAD") + (" (modified)" if git("status", "--porcelain") else ""))
+    record("cpu", lambda: next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                               .splitlines() if line.lower().startswith("model name")))
+    import importlib.metadata as md
+
+    for package in ("torch", "torchvision", "transformers", "timm", "bitsandbytes"):
+        record(package, lambda p=package: md.version(p))
+    if args.device == "cuda":
+        import torch
+
+        record("gpu", lambda: torch.cuda.get_device_name(0))
+        record("cuda", lambda: torch.version.cuda)
+        record("nvidia-smi", lambda: subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, check=True).stdout.strip())
+    return info
+
+
+def _targets(text: str) -> list[str]:
+    names = [t.name for t in rehearse.TARGETS]
+    chosen = [x for x in text.split(",") if x]
+    unknown = [x for x in chosen if x not in names]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    return chosen
+
+
+def _steps(text: str) -> list[str]:
+    chosen = [x for x in text.split(",") if x]
+    unknown = [x for x in chosen if x not in STEPS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
+    return chosen
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cuda (default; refused without a CUDA device) or cpu (a dry run)")
+    parser.add_argument("--samples", type=int, default=20, help="rehearsal samples per target")
+    parser.add_argument("--targets", type=_targets, default=[t.name for t in rehearse.TARGETS],
+                        help="comma-separated rehearsal targets (default: all) for calibration and rehearsal")
+    parser.add_argument("--skip", type=_steps, default=[],
+                        help=f"comma-separated steps to leave out: {','.join(STEPS)}")
+    parser.add_argument("--max-minutes", type=float, default=30.0, help="time cap of each rehearsal target")
+    parser.add_argument("--batch-size", default=None,
+                        help="runner.batch_size of the rehearsal (default: auto on cuda, 1 on cpu)")
+    parser.add_argument("--bench-args", default=None,
+                        help=f"arguments of bench_attribution.py (default on cuda: {BENCH_ARGS['cuda']!r}; "
+                             f"on cpu: {BENCH_ARGS['cpu']!r})")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="PATH",
+                        help="test paths for both suite runs (default: tests, then the Makefile's NUMERIC_TESTS)")
+    parser.add_argument("--work", type=Path, default=REPO / "rehearsal",
+                        help="checkpoints and data of the rehearsal (large; reused by later calls)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: gpu_check/<stamp>/)")
+    args = parser.parse_args(argv)
+    if args.batch_size is None:
+        args.batch_size = "auto" if args.device == "cuda" else "1"
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu-check: error: needs a CUDA device (torch.cuda.is_available() is False here) -- to dry-run "
+                  "it on the CPU: make gpu-check ARGS=\"--device cpu --samples 2 --targets deit_tiny_imagenet_seg "
+                  "--skip suite,bench\"", file=sys.stderr)
+            return 2
+    out = (args.out or REPO / "gpu_check" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # this check's own user cache: its calibration, batch sizes and selections neither come from nor go to the
+    # user's (copy cache/cost.json to ~/.cache/palrp-bench/ to plan with this calibration)
+    os.environ["PALRP_CACHE_DIR"] = str(out / "cache")
+    check = Check(args, out)
+    console = open(out / "gpu_check.log", "a")
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        console.write(text + "\n")
+        console.flush()
+
+    def echo(row: Row) -> None:
+        parts = [f"[{row.step}] {row.target}: {row.status}"]
+        if row.per_sample_s is not None:
+            parts.append(f"{_seconds(row.per_sample_s)} / sample (plan {_seconds(row.planned_s)})")
+        if row.peak_gib is not None:
+            parts.append(f"peak {row.peak_gib:.1f} GiB")
+        if row.wall_s is not None:
+            parts.append(f"{_seconds(row.wall_s)}")
+        say(", ".join(parts) + (f" -- {row.note}" if row.note and row.status != OK else ""))
+
+    env = environment(args)
+    (out / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    say(f"gpu-check on {env.get('gpu', args.device)}: steps {', '.join(s for s in STEPS if s not in args.skip)}; "
+        f"{len(args.targets)} target(s), {args.samples} sample(s) each; output {out}")
+    t0 = time.monotonic()
+    timings: dict = {}
+    rows = run_steps(steps_for(check), args.skip, out, echo, timings)
+    status = exit_status(rows)
+    table = summary_table(rows, out)
+    header = (f"gpu-check {env['started']} on {env.get('gpu', env.get('cpu', args.device))} "
+              f"(torch {env.get('torch')}, commit {env.get('commit')}): {_seconds(time.monotonic() - t0)} "
+              f"({', '.join(f'{k} {_seconds(v)}' for k, v in timings.items()) or 'no step ran'}); "
+              f"peak memory: CUDA allocated on cuda, resident on cpu (bench: over the model's weights)")
+    say("\n" + header + "\n\n" + table + "\n")
+    failed = [r for r in rows if r.status == FAILED]
+    say(f"{len(failed)} row(s) FAILED; send back the folder {out}" if failed
+        else f"all steps passed; send back the folder {out}")
+    (out / "summary.md").write_text(header + "\n\n" + table + "\n")
+    (out / "summary.json").write_text(json.dumps({"environment": env, "exit_status": status, "step_seconds": timings,
+                                                  "rows": [asdict(r) for r in rows]}, indent=1) + "\n")
+    console.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
