@@ -23,7 +23,7 @@ from .methods.token_aggregation import aggregate_tokens
 from .models.registry import TWINS, twin_for
 from .protocol import check_protocol
 
-__all__ = ["explain"]
+__all__ = ["explain", "stabilizers_used"]
 
 
 def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
@@ -35,14 +35,30 @@ def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
     parts["positional"] = parts["positional"] * sign[:, None, None, None]
 
 
-def _stabilizers(twin, model, choice: str | Stabilizers | None, protocol: str) -> Stabilizers:
-    """The epsilon-rule stabilisers of this explanation (:func:`palrp_bench.lrp.stabilizers.resolve_stabilizers`
-    with the twin's official set; twins without one take none)."""
+def _stabilizers(twin, model, m, composite, choice: str | Stabilizers | None, protocol: str) -> Stabilizers:
+    """The epsilon-rule stabilisers one explanation uses (:func:`palrp_bench.lrp.stabilizers.resolve_stabilizers`
+    with the twin's official set and whether the official code ran its family; twins without a set take none):
+    always :data:`NONE` for methods that are not one LRP pass and for composites that take none (``composite``:
+    None for those methods)."""
     def families() -> str:  # named only in the refusal
         return "; ".join(cls.family() for cls in TWINS if getattr(cls, "official_stabilizers", None) is not None)
 
-    return resolve_stabilizers(choice, protocol=protocol, official=getattr(twin, "official_stabilizers", None),
+    stab = resolve_stabilizers(choice, protocol=protocol, official=getattr(twin, "official_stabilizers", None),
+                               official_code_ran=bool(getattr(twin, "official_code_ran", False)),
                                model=type(model).__name__, families=families)
+    return stab if m.is_lrp and composite.stabilizable else NONE
+
+
+def stabilizers_used(model, method="pa_lrp", *, rules=None, protocol="official",
+                     stabilizers: str | Stabilizers | None = None) -> str:
+    """The name of the stabilisers ``explain(model, ..., method=method, rules=rules, protocol=protocol,
+    stabilizers=stabilizers)`` uses (``extras["stabilizers"]`` of its result), without explaining anything; the
+    same refusals as :func:`explain`."""
+    protocol = check_protocol(protocol)
+    m = get_method(method)
+    twin = twin_for(model)
+    composite = get_composite(rules or m.composite or twin.default_composite) if m.is_lrp else None
+    return _stabilizers(twin, model, m, composite, stabilizers, protocol).name
 
 
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
@@ -70,12 +86,15 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         rules: composite name overriding an LRP method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
             ``official_vit``, ``attnlrp_gamma``, ...); methods that are not one LRP pass ignore it.
         protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
-        stabilizers: ``official`` (the official code's epsilon-rule stabilisers for the model family: decoders and
-            ViT/DeiT) or ``none`` (exact rules, eps -> 0); ``None`` = the protocol's default (``official`` ->
-            ``official``, ``corrected`` -> ``none``). The forward is the same for either. Plain Gradient x Input
-            and the baselines never take them; families the official code has no counterpart for (GPT-2, OPT,
-            BERT, RoBERTa, BLOOM, RoPE ViTs) default to ``none`` and refuse ``official``. The two on the attention
-            scores apply with ``attention="eager"`` only. The name used is ``extras["stabilizers"]``; see
+        stabilizers: ``official`` (the official code's epsilon-rule stabilisers for the model family: every
+            decoder family and the timm ViT/DeiT have a set) or ``none`` (exact rules, eps -> 0); ``None`` = the
+            default: under ``protocol="official"`` the official set for the families the official code ran (LLaMA-2,
+            LLaMA-3.x, TinyLlama; DeiT, i.e. every timm ViT but the torchvision one) and ``none`` for every other
+            family (Mistral, Qwen, Gemma, Phi-3, GPT-NeoX, ...: AttnLRP as ``lxt`` computes it); ``none`` under
+            ``protocol="corrected"``. The forward is the same for either. Plain Gradient x Input and the baselines
+            never take them; families without an official set (GPT-2, OPT, BERT, RoBERTa, BLOOM, RoPE ViTs)
+            refuse ``official``. The two on the attention scores apply with ``attention="eager"`` only. The name
+            used is ``extras["stabilizers"]`` (:func:`stabilizers_used` says it beforehand); see
             :mod:`palrp_bench.lrp.stabilizers`.
         correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
         params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
@@ -93,8 +112,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     twin = twin_for(model)
     m.check_modality(twin.modality)
     resolved = m.resolved_params(params)
-    stab = _stabilizers(twin, model, stabilizers, protocol)
     if not m.is_lrp:
+        _stabilizers(twin, model, m, None, stabilizers, protocol)  # its refusals only: baselines take none
         e = run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
                            batch_size)
         e.extras["stabilizers"] = NONE.name
@@ -103,8 +122,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         raise BadInputError(f"method {m.name!r} ablates per-layer positional sinks, but {type(model).__name__}'s "
                             f"{twin.positional.name} position has a single sink", "use pa_lrp")
     composite = get_composite(rules or m.composite or twin.default_composite)
-    if not composite.stabilizable:
-        stab = NONE
+    stab = _stabilizers(twin, model, m, composite, stabilizers, protocol)
     if getattr(twin, "official_stabilizers", None) is not None:  # a twin that places stabilisers
         options["stabilizers"] = stab
     if correct_sign is None:

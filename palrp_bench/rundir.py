@@ -33,7 +33,8 @@ MERGE_LOCK = ".merge.lock"
 #: columns identifying one reproduced cell (one method of one model on one task under one protocol); ``tie_break``
 #: is the pixel-perturbation tie-break (``topk`` / ``random``), empty for cells without pixel perturbation;
 #: ``stabilizers`` the epsilon-rule stabilisers the explanations used (``official`` / ``none``; ``none`` for the
-#: families and methods without an official set, empty for cells that explain nothing)
+#: methods without them and, by default, the families the official code never ran; empty for cells that explain
+#: nothing); ``cell.json`` records the request instead (``Cell.stabilizer_choice`` in runner/plan.py)
 CELL_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
                 "stabilizers", "aggregation", "method"]
 

@@ -231,7 +231,8 @@ class PalrpConfig:
     #: (``official`` -> ``topk``, ``corrected`` -> ``random``; palrp_bench/metrics/perturbation.py)
     tie_break: Optional[str] = None
     #: epsilon-rule stabilisers of the LRP rules (``official`` | ``none``); None = the protocol's default
-    #: (``official`` -> ``official``, ``corrected`` -> ``none``; palrp_bench/lrp/stabilizers.py)
+    #: (``official`` -> ``official`` on the families the official code ran, LLaMA and DeiT, ``none`` on the others;
+    #: ``corrected`` -> ``none``; palrp_bench/lrp/stabilizers.py)
     stabilizers: Optional[str] = None
     #: float32 arithmetic on GPUs (``conv`` | ``off``): ``conv`` = cuDNN convolutions in TF32, matmuls in float32
     #: (PyTorch's defaults, as the official code ran), ``off`` = both IEEE float32; None = the protocol's default

@@ -118,7 +118,7 @@ class RssSampler(threading.Thread):
 
 
 FORWARD_BATCH = {"rows": None}  # rows per forward of multi-pass baselines (--forward-batch)
-STABILIZERS = {"choice": None}  # epsilon-rule stabilisers (--stabilizers; None = the protocol's default, official)
+STABILIZERS = {"choice": None}  # epsilon-rule stabilisers (--stabilizers; None = protocol=official's family default)
 
 
 def time_once(model, ids, method, device) -> float:
@@ -183,7 +183,8 @@ def main(argv=None):
                     help="decoder families to measure (random causal LMs with the preset's sizes)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
     ap.add_argument("--stabilizers", choices=["official", "none"], default=None,
-                    help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official)")
+                    help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official for "
+                         "llama and none for the families the official code never ran)")
     ap.add_argument("--json", type=Path, help="also write the settings and the rows to this JSON file")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -213,7 +214,7 @@ def main(argv=None):
     settings = {"preset": args.preset, "layers": sizes["num_hidden_layers"], "hidden": sizes["hidden_size"],
                 "dtype": args.dtype, "device": str(device), "batch": args.batch, "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "transformers": transformers.__version__,
-                "stabilizers": args.stabilizers or "official (default)", "reference": reference,
+                "stabilizers": args.stabilizers or "default (official on llama, none elsewhere)", "reference": reference,
                 "warmup": args.warmup, "repeats": args.repeats,
                 "peak_mib": ("extra peak of one attribution over the built model: "
                              + ("allocator high-water mark" if device.type == "cuda"

@@ -16,11 +16,16 @@ is eager). On the official fixtures leaving them out moves the token scores by <
 float32 resolution of the official outputs), while the eager path costs T x T memory per head and layer
 (docs/engine.md, "Agreement with the official PA-LRP code").
 
-``protocol=official`` uses the official set of the model family (:attr:`official_stabilizers` of the twin),
-``protocol=corrected`` uses :data:`NONE`; ``explain(..., stabilizers="official" | "none")`` overrides either.
-Families the official code never ran (twins without ``official_stabilizers``: GPT-2, OPT, BERT, RoBERTa, BLOOM,
-RoPE ViTs) get :data:`NONE` under either protocol and refuse an explicit ``"official"``; plain Gradient x Input and the
-baselines that are not one LRP pass always get :data:`NONE`.
+Which set a choice means (docs/engine.md, "Which families default to the official set"): ``"official"`` is the
+official set of the model family (:attr:`official_stabilizers` of the twin: :data:`OFFICIAL_NLP` for every decoder
+family, :data:`OFFICIAL_VISION` for the timm ViT), ``"none"`` is :data:`NONE`. Left unset (``None``),
+``protocol=corrected`` takes :data:`NONE` and ``protocol=official`` takes the official set only for the families
+the official code ran (the twin's ``official_code_ran``: LLaMA-2, LLaMA-3.x and TinyLlama, i.e. the decoder spec
+``llama``, and DeiT, i.e. every timm ``VisionTransformer`` but the torchvision ViT), so that ``protocol=official``
+reproduces the official code where it has a counterpart and stays with the exact rules of the references elsewhere
+(Mistral, Qwen, Gemma, Phi-3, GPT-NeoX: AttnLRP as ``lxt`` computes it). An explicit ``"official"`` places the
+official set on any family that has one (every decoder); families without one (GPT-2, OPT, BERT, RoBERTa, BLOOM,
+RoPE ViTs) refuse it. Plain Gradient x Input and the baselines that are not one LRP pass always get :data:`NONE`.
 """
 from __future__ import annotations
 
@@ -90,7 +95,8 @@ OFFICIAL_VISION = Stabilizers("official", linear=1e-8, add=1e-6, qk=0.5e-6, av=0
 #: The names the switch accepts.
 CHOICES = ("official", "none")
 
-#: The default of each protocol (docs/protocol.md preamble: ``official`` follows the official code).
+#: The default of each protocol for the families the official code ran (docs/protocol.md preamble: ``official``
+#: follows the official code); every other family defaults to ``none`` under both (module docstring).
 PROTOCOL_DEFAULTS = {"official": "official", "corrected": "none"}
 
 
@@ -102,30 +108,30 @@ def check_stabilizers(choice: str | None) -> str | None:
 
 
 def default_stabilizers(choice: str | None, protocol: str) -> str:
-    """The requested stabiliser name: ``choice``, or the protocol's default when None. Families without an official
-    set then use :data:`NONE` anyway (:func:`resolve_stabilizers`)."""
+    """The requested stabiliser name: ``choice``, or the protocol's default when None (what a run records as its
+    cell setting). What an explanation then uses depends on the family too (:func:`resolve_stabilizers`): under
+    ``protocol=official`` a family the official code never ran uses :data:`NONE`."""
     return check_stabilizers(choice) or PROTOCOL_DEFAULTS[protocol]
 
 
 def resolve_stabilizers(choice: str | Stabilizers | None, *, protocol: str, official: Stabilizers | None,
-                        model: str = "this model", families: Callable[[], str] | str = "") -> Stabilizers:
-    """The stabilisers of one explanation: ``None`` -> the protocol's default; ``"official"`` -> ``official`` (the
-    model family's official set); ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through.
+                        official_code_ran: bool, model: str = "this model",
+                        families: Callable[[], str] | str = "") -> Stabilizers:
+    """The stabilisers of one explanation: ``"official"`` -> ``official`` (the model family's official set);
+    ``"none"`` -> :data:`NONE`; a :class:`Stabilizers` passes through; ``None`` -> the protocol's default when the
+    official code ran the family (``official_code_ran``), else :data:`NONE` (module docstring).
 
-    ``official=None``: the official code has no counterpart for the family (``model`` names it): the protocol's
-    default is then :data:`NONE`, while an explicit ``"official"`` or a set with a non-zero eps is refused with one
-    line naming the ``families`` that have an official set (a string, or a function giving it, called only then).
+    ``official=None``: the official code has no counterpart for the family (``model`` names it): an explicit
+    ``"official"`` or a set with a non-zero eps is then refused with one line naming the ``families`` that have an
+    official set (a string, or a function giving it, called only then).
     """
-    explicit = choice is not None
     if choice is None:
-        choice = PROTOCOL_DEFAULTS[protocol]
+        choice = PROTOCOL_DEFAULTS[protocol] if official is not None and official_code_ran else "none"
     if isinstance(choice, Stabilizers):
         resolved = choice
-    elif choice == "none":
+    elif check_stabilizers(choice) == "none":
         return NONE
-    elif check_stabilizers(choice) == "official":
-        if official is None and not explicit:
-            return NONE
+    else:
         resolved = official
     if official is None and (resolved is None or resolved.active):
         name = choice if isinstance(choice, str) else choice.name

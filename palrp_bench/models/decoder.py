@@ -12,11 +12,12 @@ and re-implements only the wiring with the rules of :mod:`palrp_bench.lrp.rules`
   (cos, sin) sinks when asked for, constants otherwise; one table per layer type where the family has several);
 * attention through fused SDPA with gradient scaling (or an eager path with explicit weights for the ledger, which
   soft-capped scores always take); sliding windows are part of the boolean mask;
-* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official NLP set under
-  ``protocol=official``), at the same places for every family: ``linear`` on every projection output (q, k, v, o,
-  gate, up, down, fused ones as a whole) and on the LM head / classifier, ``add`` on the RoPE sums and on the
-  residual sums, ``av`` on ``A V``, with ``attention="eager"`` also ``qk`` on ``Q K^T`` and ``add`` on the masked
-  scores; ``norm`` / ``final_norm`` on the norms inside the layers (incl. q/k and sandwich norms) / the final one.
+* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official NLP set by default under
+  ``protocol=official`` for the LLaMA family, on request for the others), at the same places for every family:
+  ``linear`` on every projection output (q, k, v, o, gate, up, down, fused ones as a whole) and on the LM head /
+  classifier, ``add`` on the RoPE sums and on the residual sums, ``av`` on ``A V``, with ``attention="eager"`` also
+  ``qk`` on ``Q K^T`` and ``add`` on the masked scores; ``norm`` / ``final_norm`` on the norms inside the layers
+  (incl. q/k and sandwich norms) / the final one.
 
 What differs between families is data: a :class:`DecoderSpec` names the modules and says which of the options
 below the family uses, and :func:`register_decoder` makes it known. A new family is one spec in its own module of
@@ -67,6 +68,9 @@ class DecoderSpec:
     * ``family``: its name; ``model_types``: the ``config.model_type`` values it covers.
     * ``checks``: functions of the (text) config returning a reason when a configuration is not supported
       (refused with one line).
+    * ``official_code_ran``: the official PA-LRP code ran this family (LLaMA only), so ``protocol=official`` defaults
+      to its stabilisers (:mod:`palrp_bench.lrp.stabilizers`); every other family defaults to ``none`` and takes the
+      official set on request.
 
     Norms:
 
@@ -148,6 +152,7 @@ class DecoderSpec:
     lm_head: str = "lm_head"
     classifier_head: str = "score"
     checks: tuple[Callable[[object], str | None], ...] = field(default=())
+    official_code_ran: bool = False
 
     def problems(self) -> list[str]:
         """Options this twin does not implement (a spec typo), as readable phrases; empty when all is well."""
@@ -275,7 +280,9 @@ class DecoderTwin:
     modality = "tokens"
     starting_relevance = "logit"
     default_composite = "attnlrp"
-    #: the stabilisers of the official NLP code (``stabilizers="official"``), for every decoder family
+    #: the stabilisers of the official NLP code (``stabilizers="official"``), placed the same way in every decoder
+    #: family; ``protocol=official`` defaults to them where the official code ran the family
+    #: (:attr:`official_code_ran`)
     official_stabilizers = OFFICIAL_NLP
 
     @classmethod
@@ -328,6 +335,11 @@ class DecoderTwin:
         keep_4bit_differentiable(model)
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def official_code_ran(self) -> bool:
+        """Whether the official code ran this family (:attr:`DecoderSpec.official_code_ran`)."""
+        return self.spec.official_code_ran
+
     @property
     def num_layers(self) -> int:
         return len(self.layers)

@@ -3,7 +3,8 @@ embeddings, attention/MLP biases, bitsandbytes 4-bit NF4 (paper Tables 1-3).
 
 RMSNorm, gated SiLU MLP, RoPE through the model's own rotary module; the wiring is the generic
 :class:`~palrp_bench.models.decoder.DecoderTwin`. Refused: ``pretraining_tp > 1`` (Hugging Face computes the same
-logits with sliced matmuls; set ``config.pretraining_tp = 1``).
+logits with sliced matmuls; set ``config.pretraining_tp = 1``). The official PA-LRP code ran this family, so
+``protocol=official`` defaults to the official stabilisers here (:mod:`palrp_bench.lrp.stabilizers`).
 """
 from __future__ import annotations
 
@@ -18,4 +19,7 @@ def _pretraining_tp(config) -> str | None:
     return None
 
 
-LLAMA = register_decoder(DecoderSpec(family="llama", model_types=("llama",), checks=(_pretraining_tp,)))
+#: the family the official PA-LRP code ran (LLaMA-2 7B, LLaMA-3.1 8B, TinyLlama): ``protocol=official`` defaults to
+#: its stabilisers here only
+LLAMA = register_decoder(DecoderSpec(family="llama", model_types=("llama",), checks=(_pretraining_tp,),
+                                     official_code_ran=True))

@@ -17,6 +17,9 @@ Each twin class provides (the explanation protocol :func:`palrp_bench.explain` d
     official_stabilizers: Stabilizers | None          # optional: the official code's eps per place
                                                       # (palrp_bench.lrp.stabilizers); when set, run() takes
                                                       # stabilizers=...; absent / None: no official counterpart
+    official_code_ran: bool                           # optional: the official code ran this family, so
+                                                      # protocol=official defaults to official_stabilizers
+                                                      # (absent: False)
 
 Every module of this package is imported when the registry is first used, so a new family (one module with its
 spec or twin class) needs no edit anywhere else. Modules must stay cheap to import (library imports inside

@@ -20,11 +20,13 @@ import torch
 
 from ..errors import BadInputError, MissingDataError
 
-__all__ = ["timm_from_torchvision", "weights_of", "weights_file", "load_torchvision_vit"]
+__all__ = ["timm_from_torchvision", "from_torchvision", "weights_of", "weights_file", "load_torchvision_vit"]
 
 #: torchvision's ImageNet normalisation (``weights.transforms()``)
 TORCHVISION_MEAN = (0.485, 0.456, 0.406)
 TORCHVISION_STD = (0.229, 0.224, 0.225)
+#: the ``pretrained_cfg["source"]`` marking a converted model (:func:`from_torchvision`)
+SOURCE = "torchvision"
 
 
 def _block_map(i: int) -> dict[str, str]:
@@ -70,8 +72,14 @@ def timm_from_torchvision(tv_model) -> torch.nn.Module:
                             "use a standard torchvision VisionTransformer")
     model.load_state_dict({names[k]: v for k, v in source.items()}, strict=True)
     model.pretrained_cfg = {**dict(getattr(model, "pretrained_cfg", {}) or {}), "mean": TORCHVISION_MEAN,
-                            "std": TORCHVISION_STD, "source": "torchvision"}
+                            "std": TORCHVISION_STD, "source": SOURCE}
     return model.to(next(tv_model.parameters()).dtype).eval()
+
+
+def from_torchvision(model) -> bool:
+    """Whether a timm ViT was converted from torchvision by :func:`timm_from_torchvision` (the AttnLRP paper's
+    ViT-B-16, a model the official PA-LRP code never ran: its stabilisers default to ``none``)."""
+    return (getattr(model, "pretrained_cfg", None) or {}).get("source") == SOURCE
 
 
 def weights_of(source: str):

@@ -11,10 +11,10 @@ only the wiring with the rules of :mod:`palrp_bench.lrp.rules` and :mod:`palrp_b
 * LayerNorm with the standard deviation constant (``norm="identity"``), GELU under the identity rule;
 * attention through :func:`palrp_bench.lrp.rules.attention` with the composite's shares;
 * residual adds and the position-embedding add by the epsilon rule (plain gradient);
-* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official vision set under
-  ``protocol=official``): on the epsilon linears, the adds, ``A V`` (and ``Q K^T`` with ``attention="eager"``), the
-  LayerNorms (the final one with its own eps), the residual branch points and the CLS pooling, and Zennit's
-  sign-aware eps in the gamma rules.
+* optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official vision set, by default
+  under ``protocol=official`` except for the torchvision ViT: :attr:`VitTwin.official_code_ran`): on the epsilon
+  linears, the adds, ``A V`` (and ``Q K^T`` with ``attention="eager"``), the LayerNorms (the final one with its
+  own eps), the residual branch points and the CLS pooling, and Zennit's sign-aware eps in the gamma rules.
 
 Relevance sinks (docs/protocol.md section 1, paper Eq. 5 with eps -> 0; the ``learned_absolute`` kind of
 :mod:`palrp_bench.lrp.positional`): ``z = E + P`` so ``R(E) = E * grad_z`` and ``R(P) = P * grad_z``. The pixels
@@ -53,6 +53,7 @@ from ..lrp.gamma import gamma_module
 from ..lrp.positional import LearnedAbsolute
 from ..lrp.stabilizers import NONE, OFFICIAL_VISION, Stabilizers
 from .registry import register_twin
+from .torchvision_vit import from_torchvision
 
 __all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
 
@@ -111,6 +112,15 @@ class VitTwin:
     positional = LearnedAbsolute()
     #: the stabilisers of the official vision code (``stabilizers="official"``)
     official_stabilizers = OFFICIAL_VISION
+
+    @property
+    def official_code_ran(self) -> bool:
+        """Whether the official code ran this model, so ``protocol=official`` defaults to its stabilisers: every
+        timm ``VisionTransformer`` counts as DeiT (the official code ran DeiT-T/S/B, which timm builds as the plain
+        ViT architecture, and nothing in a ViT's modules tells a DeiT training from another: the official rules
+        apply to either unchanged), except the torchvision ViT (:func:`~.torchvision_vit.from_torchvision`), the
+        AttnLRP paper's model, which the official code never ran."""
+        return not from_torchvision(self.model)
 
     @classmethod
     def family(cls) -> str:

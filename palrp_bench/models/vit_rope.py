@@ -83,6 +83,7 @@ class RopeVitTwin(VitTwin):
     default_composite = "attnlrp"
     positional = Rope2D()
     official_stabilizers = None  # the official code has no RoPE ViT (palrp_bench/lrp/stabilizers.py)
+    official_code_ran = False
 
     @classmethod
     def family(cls) -> str:

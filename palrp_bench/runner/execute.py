@@ -6,10 +6,11 @@ run of the cell (whatever its sharding) are skipped, so a killed job restarted w
 only what is missing.
 
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
-cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), ``timing``
-(``load_model_s``, ``load_data_s``, ``selection_s``, ``evaluate_s``), ``peak_device_bytes`` (CUDA only) and
-``numerics``: the device kind and the TF32 flags the job computed with (the cell's ``tf32`` switch, applied for the
-whole job by :func:`palrp_bench.numerics.tf32_mode`).
+cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
+the explanations use (``stabilizers``, :func:`check_stabilizers_used`), ``timing`` (``load_model_s``,
+``load_data_s``, ``selection_s``, ``evaluate_s``), ``peak_device_bytes`` (CUDA only) and ``numerics``: the device
+kind and the TF32 flags the job computed with (the cell's ``tf32`` switch, applied for the whole job by
+:func:`palrp_bench.numerics.tf32_mode`).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from .bundles import BundleCache
 from .plan import Job
 from .selection import select_samples
 from .sharding import shard_of
-from .store import ExplanationCache, ShardStore, encode_record, stored_metrics
+from .store import ExplanationCache, ShardStore, encode_record, iter_cell_records, stored_metrics
 
 log = logging.getLogger("palrp_bench.runner")
 
@@ -70,6 +71,22 @@ def ensure_cell_record(job: Job, run_dir: Path) -> None:
                                 "use a new run_dir, or the same settings to resume")
         return
     write_json_atomic(path, record)
+
+
+def check_stabilizers_used(job: Job, run_dir: Path, used: str | None) -> None:
+    """Refuse, before anything is computed, to add samples explained with the stabilisers ``used`` to a cell whose
+    stored samples were explained with other ones. The cell's recorded setting is the request
+    (:attr:`~.plan.Cell.stabilizer_choice`), which resolves per model family, so the same request can mean
+    another set after a change of the defaults or an explicit name equal to the protocol's (e.g. ``official`` on
+    Qwen3); what each stored sample used is in its record."""
+    if used is None:
+        return
+    records = iter_cell_records(job.cell.directory(run_dir))
+    stored = {str(r.get("info", {}).get("stabilizers") or "") for _, r in records} - {""}
+    if stored and stored != {used}:
+        raise BadInputError(f"run dir {run_dir} holds samples of {job.cell.key} explained with stabilizers="
+                            f"{'/'.join(sorted(stored))}, this run's explanations would use {used}",
+                            f"use a new run_dir, or stabilizers={sorted(stored)[0]} to resume")
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -192,6 +209,8 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         timing["load_model_s"] = round(time.monotonic() - mark, 3)  # 0 when the worker had it loaded already
         cache = ExplanationCache(cell_dir) if job.cache_explanations else None
         ctx = job.cell.context(device, cache, job.forward_batch_size)
+        status["stabilizers"] = ctx.stabilizers_used(bundle.model)
+        check_stabilizers_used(job, run_dir, status["stabilizers"])
         mark = time.monotonic()
         pool = adapter.load_samples(job.cell.task, bundle)
         timing["load_data_s"] = round(time.monotonic() - mark, 3)

@@ -62,7 +62,13 @@ class Cell:
 
     @property
     def stabilizer_choice(self) -> str:
-        """The stabilisers the cell asks for, with the protocol's default filled in (``official`` / ``none``)."""
+        """The stabilisers the cell asks for, with the protocol's default filled in (``official`` / ``none``): the
+        cell's recorded setting (``cell.json``, its fingerprint). It is a request: which set the explanations use
+        also depends on the model's family (``official`` under ``protocol=official`` means the official set only
+        for the families the official code ran, none elsewhere; palrp_bench/lrp/stabilizers.py), known once the
+        model is loaded. That name is what each sample records (``results.csv``'s ``stabilizers``) and the job's
+        status file (``stabilizers``); a job refuses to add samples to a cell whose stored samples used another
+        (runner/execute.py)."""
         return default_stabilizers(self.stabilizers, self.protocol)
 
     @property

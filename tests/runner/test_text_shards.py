@@ -28,3 +28,30 @@ def test_one_shard_and_three_shards_give_the_same_per_sample_values(tmp_path, mo
     assert a.index.equals(b.index)
     # AC in [0, 1] and MSE of logits: equal to float32 rounding of differently batched forwards
     pd.testing.assert_series_equal(a, b, check_exact=False, rtol=1e-4, atol=1e-5)
+
+
+def test_cell_records_the_request_and_samples_what_was_used(tmp_path):
+    """The embedded Qwen2 (a family the official code never ran) under protocol=official: the cell's setting is
+    the request (``official``, the protocol's default), every sample and the job's status record what the
+    explanations used (``none``); resuming with ``stabilizers=official`` spelled out (the same cell setting, which
+    on this family places the official set) is refused before anything is computed."""
+    import json
+
+    from palrp_bench.errors import BadInputError
+
+    cell = ("model=tiny_qwen2_causal", "task=synthetic_mcqa", "method=attnlrp", "task.select_count=2",
+            "runner.n_shards=1")
+    df = _run(tmp_path, *cell)
+    assert set(df.stabilizers) == {"none"}
+    cell_dir = tmp_path / "cells" / "tiny_qwen2_causal" / "synthetic_mcqa" / "attnlrp"
+    record = json.loads((cell_dir / "cell.json").read_text())
+    assert record["stabilizers"] == record["settings"]["stabilizers"] == "official"
+    (status,) = [json.loads(p.read_text()) for p in cell_dir.glob("shard-*.status.json")]
+    assert status["stabilizers"] == "none"
+    stored = sorted(p.read_bytes() for p in cell_dir.glob("shard-*.jsonl"))
+    with pytest.raises(BadInputError, match="explained with stabilizers=none, this run's explanations would use "
+                                            "official -- use a new run_dir, or stabilizers=none to resume"):
+        _run(tmp_path, *cell, "stabilizers=official")
+    assert sorted(p.read_bytes() for p in cell_dir.glob("shard-*.jsonl")) == stored
+    again = _run(tmp_path, *cell)  # the default again: nothing left to compute, same rows
+    pd.testing.assert_frame_equal(again, df)

@@ -52,6 +52,17 @@ class JobContext:
 
         return get_method(self.method).params_for(self.task)
 
+    def stabilizers_used(self, model) -> str | None:
+        """The name of the stabilisers this cell's explanations use on ``model``
+        (:func:`palrp_bench.api.stabilizers_used`: the request resolved for the model's family), before any is
+        computed; None without a model (the self-test)."""
+        if model is None:
+            return None
+        from ...api import stabilizers_used
+
+        return stabilizers_used(model, self.method, rules=self.rules, protocol=self.protocol,
+                                stabilizers=self.stabilizers)
+
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
         protocol, stabilisers, the task's hyperparameters for it and the rows per forward of multi-pass methods."""
