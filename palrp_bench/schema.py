@@ -57,6 +57,13 @@ class ModelKind(Enum):
     none = "none"
 
 
+#: what each model kind is, in words (messages; the model kinds a task kind evaluates are declared by its adapter,
+#: ``model_kinds`` in :mod:`palrp_bench.evaluation.tasks`)
+MODEL_KIND_WORDS = {"causal": "a causal language model", "classifier": "a text classifier",
+                    "masked_lm": "a masked language model", "vit": "an image classifier",
+                    "none": "no model (the harness self-test)"}
+
+
 class Selection(Enum):
     """Which dataset samples are evaluated (docs/protocol.md section 2).
 

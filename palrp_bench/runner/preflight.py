@@ -6,6 +6,9 @@ of finding them one per invocation after a model load of minutes. Checked, in th
 
 * devices: a model marked ``needs_gpu`` while ``runner.devices=[auto]`` found no GPU; a ``runner.devices`` entry
   this machine does not have;
+* model kind vs task kind: a cell whose model kind (``configs/model/*.yaml`` ``kind``) is not one its task kind's
+  adapter evaluates (``model_kinds`` of :mod:`palrp_bench.evaluation.tasks`), e.g. an image classifier on a text
+  task or a causal LM on a classification task;
 * models: embedded assets, DeiT checkpoint files, local checkpoint folders (``config.json`` and weights), the
   tokenizer each text model will load (:func:`palrp_bench.models.loading.tokenizer_source`);
 * datasets: local files with their expected sizes (IMDB rows, the 50,000 ImageNet validation images that
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInputError, MissingDataError
+from ..schema import MODEL_KIND_WORDS
 from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, WEIGHT_FILES, cached_hub_file, hub_access,
                    hub_cached, hub_endpoint, hub_model_cached, hub_offline, hub_reachable, hub_tokenizer_cached,
                    is_local_path)
@@ -138,6 +142,40 @@ class _Overrides:
     def __call__(self, group: str, name: str, *assignments: str) -> str:
         prefix = [] if group in self.selected else [f"{group}={name}"]
         return " ".join(prefix + list(assignments))
+
+
+# -------------------------------------------------------------------------------------------- model kinds
+def _kind(model) -> str:
+    return str(getattr(model.kind, "value", model.kind))
+
+
+def _example_model(kinds: tuple[str, ...]) -> str | None:
+    """A shipped model of one of ``kinds`` to name in a fix (one that runs offline first)."""
+    from .. import catalog
+    from ..models.loading import OFFLINE_LOADERS
+
+    shipped = [catalog.load("model", name) for name in catalog.available("model")]
+    matching = sorted((m for m in shipped if _kind(m) in kinds),
+                      key=lambda m: (m.loader not in OFFLINE_LOADERS, m.name))
+    return matching[0].name if matching else None
+
+
+def _kind_checks(cell: Cell, found: Preflight) -> None:
+    """The model's kind is one the task kind's adapter evaluates (its ``model_kinds``), else one problem naming
+    both (a vision model on a text task would fail only after loading, deep inside the adapter)."""
+    from ..evaluation.tasks import TASK_KINDS
+
+    kinds = tuple(TASK_KINDS.lookup(cell.task.kind).model_kinds)
+    kind = _kind(cell.model)
+    if kind in kinds:
+        return
+    need = " or ".join(MODEL_KIND_WORDS.get(k, k) for k in kinds)
+    example = _example_model(kinds)
+    fix = f"pick {need}" + (f", e.g. model={example}" if example else "")
+    if kind == "none" and cell.model.loader != "selftest":
+        fix += f", or set model.kind={kinds[0]} if {cell.model.name} is one"
+    found.add(f"model {cell.model.name} is {MODEL_KIND_WORDS.get(kind, kind)} (kind {kind}), but task "
+              f"{cell.task.name} ({cell.task.kind}) needs {need} (kind {' or '.join(kinds)})", fix)
 
 
 # ------------------------------------------------------------------------------------------------- models
@@ -380,6 +418,8 @@ def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[st
     if gpu_models and devices.cpu_by_fallback:
         found.add(f"a CUDA GPU (for {', '.join(gpu_models)}): runner.devices=[auto] found none",
                   "runner.devices=[cpu] (runs them on the CPU anyway; mode=plan shows how long that takes)")
+    for cell in cells:
+        _kind_checks(cell, found)
     needs: list[_HubNeed] = []
     seen_models: set[str] = set()
     seen_tasks: set[str] = set()

@@ -314,3 +314,63 @@ def test_imdb_in_the_hub_layout_is_checked_as_parquet_not_as_the_csv(offline):
     imdb = [p for p in found.problems if "IMDB" in p.item]
     assert len(imdb) == 1 and "stanfordnlp/imdb layout" in imdb[0].item and "no 'test' split file" in imdb[0].item
     assert "plain_text/test-*.parquet" in imdb[0].fix
+
+
+@pytest.mark.parametrize("model, task, kinds", [
+    (("model=tiny_vit",), "synthetic_sentiment", "is an image classifier (kind vit), but task synthetic_sentiment "
+                                                 "(text_classification) needs a text classifier (kind classifier)"),
+    (("model=tiny_llama_cls",), "synthetic_shapes", "is a text classifier (kind classifier), but task "
+                                                    "synthetic_shapes (image_classification) needs an image "
+                                                    "classifier (kind vit)"),
+    (("model=tiny_llama_causal",), "synthetic_sentiment", "is a causal language model (kind causal), but task "
+                                                          "synthetic_sentiment (text_classification) needs a text "
+                                                          "classifier"),
+    (("model=tiny_llama_cls",), "synthetic_mcqa", "(kind classifier), but task synthetic_mcqa (next_token) needs a "
+                                                  "causal language model (kind causal)"),
+    (("model=bert_base", "model.kind=masked_lm"), "synthetic_mcqa", "is a masked language model (kind masked_lm), but "
+                                                                    "task synthetic_mcqa (next_token) needs a causal"),
+    (("model=tiny_vit",), "selftest", "but task selftest (selftest) needs no model (the harness self-test) (kind none)"),
+])
+def test_a_model_of_another_kind_than_the_task_needs_is_refused_before_loading(offline, monkeypatch, model, task,
+                                                                               kinds):
+    """A model kind the task kind's adapter does not evaluate (its ``model_kinds``) is one problem naming both
+    kinds, found before any model loads; its fix (a model of the needed kind) removes it."""
+    from palrp_bench.runner import bundles
+    from palrp_bench.runner.app import run
+
+    monkeypatch.setattr(bundles, "load_bundle", lambda *_: pytest.fail("a model loaded before the preflight"))
+    with pytest.raises(MissingRequirementsError) as err:
+        run(compose_cfg(offline / "run", *model, f"task={task}", "method=pa_lrp", "runner.devices=[cpu]"))
+    problems = [p for p in err.value.problems if "kind" in p.item]
+    assert len(problems) == 1 and kinds in problems[0].item and "\n" not in problems[0].item
+    fixed = _overrides(problems[0].fix)
+    assert fixed and fixed[0].startswith("model=")
+    check_overrides([*fixed, f"task={task}"])
+    assert not [p for p in _problems(offline, *fixed, f"task={task}", "method=pa_lrp").problems if "kind" in p.item]
+    assert not (offline / "run").exists()
+
+
+def test_every_shipped_cell_pairs_kinds_its_task_evaluates(tmp_path):
+    """The experiments never pair a model with a task kind it cannot run (the check can fail: see above)."""
+    from palrp_bench import catalog
+
+    for name in catalog.available("experiment"):
+        cells = plan_cells(compose_cfg(tmp_path, f"experiment={name}"))
+        found = preflight.Preflight()
+        for cell in cells:
+            preflight._kind_checks(cell, found)
+        assert found.problems == [], name
+
+
+@pytest.mark.parametrize("mode", ["run", "plan"])
+def test_the_command_refuses_a_vision_model_on_a_text_task_in_one_line(tmp_path, mode):
+    from runner.harness import run_cli
+
+    done = run_cli(f"mode={mode}", "model=tiny_vit", "task=synthetic_sentiment", "method=pa_lrp",
+                   f"run_dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-1500:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("palrp-bench: error: ") and "Traceback" not in done.stderr
+    where = lines[0] if mode == "run" else done.stdout
+    assert "model tiny_vit is an image classifier (kind vit), but task synthetic_sentiment" in where
+    assert "model=tiny_llama_cls" in where and "VisionTransformer" not in done.stderr + done.stdout

@@ -86,6 +86,10 @@ class SampleResult:
 
 
 class TaskAdapter(Protocol):
+    #: the model kinds (``configs/model/*.yaml`` ``kind``, :class:`palrp_bench.schema.ModelKind`) this task kind
+    #: evaluates; the preflight refuses any other before a model loads
+    model_kinds: tuple[str, ...]
+
     def load_samples(self, task, bundle) -> list: ...
 
     def correct(self, bundle, samples: list, ctx: JobContext) -> list[bool]: ...

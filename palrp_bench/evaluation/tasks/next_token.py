@@ -13,6 +13,7 @@ class NextTokenAdapter(TextAdapter):
     ``correct`` reads the arg-max token the official way (its last character is the answer letter); samples
     without ``meta['answer_letter']`` (Wikipedia) have no ``correct`` row."""
 
+    model_kinds = ("causal",)
     perturbation_task = "mcqa"
 
     def _perturbation_task_of(self, task) -> str:

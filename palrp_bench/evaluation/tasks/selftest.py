@@ -47,6 +47,8 @@ class SelftestAdapter:
     """``task=selftest``: options ``n`` (samples), ``delay_s`` (seconds per sample, to let tests kill a run
     mid-way), ``nonfinite_every`` (every k-th sample gets a NaN relevance; 0 = never)."""
 
+    model_kinds = ("none",)  # the numbers come from the sample ids: no model
+
     def load_samples(self, task, bundle) -> list[SelftestSample]:
         n = int(task.options.get("n", 40))
         if n < 1:

@@ -12,6 +12,7 @@ from .text_common import TextAdapter
 class TextClassificationAdapter(TextAdapter):
     """IMDB (Tables 1, 2) and the embedded synthetic sentiment task: tracked class = gold label."""
 
+    model_kinds = ("classifier",)
     perturbation_task = "imdb"
 
     def _groups(self, samples):

@@ -72,6 +72,8 @@ def _load_image_pool(task) -> list[LazyImageSample]:
 
 
 class VisionAdapter:
+    model_kinds = ("vit",)
+
     def load_samples(self, task, bundle) -> list[LazyImageSample]:
         return _load_image_pool(task)
 
