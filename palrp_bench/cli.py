@@ -13,10 +13,10 @@
     palrp-bench --help | --version
 
 A user mistake (unknown name, a key the schema does not have, a value of the wrong type or outside an option's
-allowed values, missing data, a GPU that is not there, a shard index out of range, ...) stops the command with ONE
-line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2; results already stored stay. The command line is
-read with Hydra's own override parser and checked against the structured-config schema
-(:mod:`palrp_bench.schema`) before Hydra composes anything. ``-m`` / ``--multirun`` may stand anywhere.
+allowed values, missing data, a GPU that is not there, a shard index out of range, a ``run_dir`` that is a file or
+cannot be created, ...) stops the command with ONE line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2;
+results already stored stay. The command line is read with Hydra's own override parser and checked against the
+structured-config schema (:mod:`palrp_bench.schema`) before Hydra composes anything. ``-m`` / ``--multirun`` may stand anywhere.
 Logs go to stderr and ``<run_dir>/logs/``; stdout carries only the result tables.
 """
 from __future__ import annotations
@@ -28,10 +28,12 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .errors import BadInputError, PalrpError
 from . import catalog
+from .rundir import check_run_dir
 from .schema import register_schemas
 
 #: command-line groups checked before Hydra sees them, so an unknown option gives a one-line message
@@ -60,6 +62,25 @@ def fail(err: PalrpError) -> None:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
     sys.exit(EXIT_USER_ERROR)
+
+
+class RunDirGuard(Callback):
+    """Hydra callback (``hydra.callbacks`` in ``configs/config.yaml``): before Hydra creates the run directory (a
+    run's output directory, a sweep's directory), a ``run_dir`` that is a file or cannot be created is one line
+    (:func:`palrp_bench.rundir.check_run_dir`), not Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+
+    @staticmethod
+    def _check(config: DictConfig) -> None:
+        try:
+            check_run_dir(Path(str(config.run_dir)))
+        except BadInputError as err:
+            fail(err)  # SystemExit passes through Hydra's callback wrapper, which turns exceptions into warnings
 
 
 def _fields(schema) -> dict:

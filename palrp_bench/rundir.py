@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from .errors import BadInputError
 
 RESULTS_CSV = "results.csv"
 METRICS_CSV = "metrics.csv"
@@ -66,6 +69,40 @@ CORRECT_METRIC = "correct"
 SCALAR = None
 #: variant of rows that have none
 NO_VARIANT = "all"
+
+
+#: the fix of every run-directory problem (:func:`check_run_dir`)
+RUN_DIR_FIX = ("give run_dir a directory this user can write (a new one, or an earlier run's to resume), "
+               "e.g. run_dir=runs/<name>")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """A one-line :class:`~palrp_bench.errors.BadInputError` unless ``run_dir`` is a writable directory or can be
+    created as one (checked before anything is written, so a bad ``run_dir`` never ends in a traceback)."""
+    path = Path(run_dir)
+    if path.exists():
+        if not path.is_dir():
+            raise BadInputError(f"run_dir {path} is a file, not a directory", RUN_DIR_FIX)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BadInputError(f"run_dir {path} is not writable", RUN_DIR_FIX)
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise BadInputError(f"run_dir {path} cannot be created: {ancestor} is a file", RUN_DIR_FIX)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInputError(f"run_dir {path} cannot be created: {ancestor} is not writable", RUN_DIR_FIX)
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` (and its parents) or raise a one-line :class:`~palrp_bench.errors.BadInputError` (what
+    :func:`check_run_dir` cannot foresee: a read-only file system, a full disk, a race)."""
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInputError(f"cannot create run_dir {run_dir}: {err.strerror or type(err).__name__}",
+                            RUN_DIR_FIX) from None
 
 
 def cell_directory(run_dir: Path, model: str, task: str, method: str) -> Path:

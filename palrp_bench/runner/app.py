@@ -19,7 +19,7 @@ from ..errors import BadInputError, MissingDataError, PalrpError
 from ..hub import go_offline
 from .devices import DevicePlan, resolve_devices
 from ..atomic_io import write_json_atomic
-from ..rundir import RESULTS_CSV
+from ..rundir import RESULTS_CSV, check_run_dir, make_run_dir
 from ..schema import Mode
 from .execute import JobReport
 from .merge import MergeOutcome, merge_run
@@ -94,6 +94,8 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
         print(result.text, file=out)
         return None
     cells = plan_cells(cfg)
+    if mode == Mode.run:
+        check_run_dir(run_dir)  # before the preflight: a run with nowhere to write stops at once
     try:
         devices, device_problem = resolve_devices(list(cfg.runner.devices)), None
     except BadInputError as err:  # listed with every other problem; planning goes on as on the CPU
@@ -127,7 +129,7 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
 
         calibrate(cells, devices.devices, cfg.runner, out=out)
         return RunOutcome(run_dir, cells, jobs, [], None, "")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_run_dir(run_dir)
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
     try:

@@ -1,6 +1,8 @@
 """The ``palrp-bench`` command: one-line errors with non-zero exit, plan mode, multirun into one run dir,
 report mode (issue "Command line", "Bad input")."""
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +150,63 @@ def test_unreadable_checkpoint_is_one_line(tmp_path):
                                    "runner.devices=[cpu]", f"run_dir={tmp_path / 'r'}", cwd=tmp_path))
     assert "tinyllama" in line or str(bad) in line
     assert "checkpoint" in line or "cannot load" in line
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+@pytest.mark.parametrize("where, problem", [
+    ("afile", "run_dir {d}/afile is a file, not a directory"),
+    ("afile/run", "run_dir {d}/afile/run cannot be created: {d}/afile is a file"),
+])
+def test_a_run_dir_that_is_a_file_or_cannot_be_created_is_one_line(tmp_path, where, problem, multirun):
+    (tmp_path / "afile").write_text("keep me")
+    args = ["experiment=selftest", f"run_dir={tmp_path / where}"]
+    line = _one_line_error(run_cli(*(["-m", "method=attnlrp,pa_lrp"] if multirun else []), *args, cwd=tmp_path))
+    assert problem.format(d=tmp_path) in line and "-- give run_dir a directory" in line
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_a_run_dir_under_a_read_only_directory_is_one_line(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("this user writes into read-only directories (root): the file-system check cannot fail")
+        line = _one_line_error(run_cli("experiment=selftest", f"run_dir={locked / 'run'}", cwd=tmp_path))
+        assert f"run_dir {locked / 'run'} cannot be created: {locked} is not writable" in line
+    finally:
+        locked.chmod(0o755)
+
+
+def test_an_unwritable_parent_is_named(tmp_path, monkeypatch):
+    """The check itself, with the permission answer faked (root writes into read-only directories anyway)."""
+    from palrp_bench import rundir
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(rundir.os, "access", lambda path, mode: Path(path) != locked)
+    with pytest.raises(BadInputError, match=f"run_dir {locked}/a/b cannot be created: {locked} is not writable"):
+        rundir.check_run_dir(locked / "a" / "b")
+    with pytest.raises(BadInputError, match=f"run_dir {locked} is not writable -- give run_dir"):
+        rundir.check_run_dir(locked)
+    rundir.check_run_dir(tmp_path / "new" / "run")  # creatable: no error, nothing created
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_run_dir_the_file_system_refuses_is_one_line(tmp_path, monkeypatch):
+    """What the check cannot foresee (a read-only file system, a full disk): the creation error, in one line."""
+    from palrp_bench.runner.app import run
+    from runner.harness import compose_cfg
+
+    target = tmp_path / "run"
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self == target:
+            raise OSError(30, "Read-only file system")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(BadInputError, match=f"cannot create run_dir {target}: Read-only file system -- give run_dir"):
+        run(compose_cfg(target, "experiment=selftest", "runner.quiet=true"),
+            out=open(os.devnull, "w"))
