@@ -17,7 +17,10 @@ allowed values, missing data, a GPU that is not there, a shard index out of rang
 cannot be created, ...) stops the command with ONE line ``palrp-bench: error: <problem> -- <fix>`` and exit code 2;
 results already stored stay. The command line is read with Hydra's own override parser and checked against the
 structured-config schema (:mod:`palrp_bench.schema`) before Hydra composes anything. ``-m`` / ``--multirun`` may stand anywhere.
-Logs go to stderr and ``<run_dir>/logs/``; stdout carries only the result tables.
+Logs go to stderr and, once a run starts, to ``<run_dir>/logs/``; stdout carries only the result tables. Nothing is
+written to the run directory before the run starts (the preflight and the settings checks pass): a refused
+invocation leaves no ``runs/<stamp>/`` behind and an earlier run's directory as it was (:func:`record_start`,
+:class:`RunDirGuard`).
 """
 from __future__ import annotations
 
@@ -45,35 +48,115 @@ _BOOLEAN_STRINGS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0
 
 
 class RunLogFileHandler(logging.FileHandler):
-    """The run's log file (``<run_dir>/logs/palrp-bench.log``, configured in ``configs/config.yaml``); creates the
-    folder, which does not exist yet when Hydra configures logging."""
+    """The run's log file (``<run_dir>/logs/palrp-bench.log``), opened by :func:`record_start`; creates its
+    folder."""
 
     def __init__(self, filename, mode: str = "a", encoding=None, delay: bool = False):
         Path(filename).parent.mkdir(parents=True, exist_ok=True)
         super().__init__(filename, mode, encoding, delay)
 
 
+#: the format of the run's log file when the console handler has none (``hydra.job_logging`` in the config)
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+class _Invocation:
+    """What this process did to the run directory: whether a run started writing to it (:func:`record_start`),
+    and what a multirun sweep found there before Hydra created it (:class:`RunDirGuard`)."""
+
+    started = False
+    #: (sweep dir, the first of its ancestors that existed, multirun.yaml's bytes before the sweep or None)
+    sweep: tuple[Path, Path, bytes | None] | None = None
+
+
+def record_start(run_dir: Path, cfg: DictConfig) -> None:
+    """The run starts writing to ``run_dir`` (called by :func:`palrp_bench.runner.app.run`; nothing is written
+    there before, so a refused invocation leaves nothing behind): write this invocation's resolved config to
+    ``<run_dir>/.hydra/<stamp>/`` (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``, as Hydra would; one folder
+    per job of a sweep) and log to ``<run_dir>/logs/palrp-bench.log`` as well as to stderr."""
+    import time
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    _Invocation.started = True
+    run_dir = Path(run_dir)
+    hydra_cfg = HydraConfig.get()
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        stamp += f"-job{hydra_cfg.job.num}"
+    folder, n = run_dir / ".hydra" / stamp, 1
+    while folder.exists():  # another invocation on this run dir in the same second
+        n += 1
+        folder = run_dir / ".hydra" / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (folder / "hydra.yaml").write_text(OmegaConf.to_yaml(HydraConfig.instance().cfg))
+    (folder / "overrides.yaml").write_text(OmegaConf.to_yaml(hydra_cfg.overrides.task))
+    root = logging.getLogger()
+    formatter = next((h.formatter for h in root.handlers if h.formatter is not None), logging.Formatter(LOG_FORMAT))
+    handler = RunLogFileHandler(run_dir / "logs" / f"{hydra_cfg.job.name}.log")
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+
+
+def _undo_sweep_dir() -> None:
+    """A multirun that never started a run leaves the run dir as it found it: Hydra's ``multirun.yaml`` goes back
+    to what it was (or away), and the directories Hydra created go if empty (never one holding anything else)."""
+    if _Invocation.started or _Invocation.sweep is None:
+        return
+    sweep, ancestor, before = _Invocation.sweep
+    _Invocation.sweep = None
+    record = sweep / "multirun.yaml"
+    try:
+        if before is not None:
+            record.write_bytes(before)
+        else:
+            record.unlink(missing_ok=True)
+            folder = sweep
+            while folder != ancestor and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
+    except OSError:  # pragma: no cover - left as it is; the user error matters more
+        pass
+
+
 def fail(err: PalrpError) -> None:
-    """Print the one-line error, record it in the run's log file (if logging to one), exit non-zero."""
+    """Print the one-line error, record it in the run's log file (if logging to one), undo what a refused sweep
+    created (:func:`_undo_sweep_dir`), exit non-zero."""
     line = f"palrp-bench: error: {err}"
     print(line, file=sys.stderr)
     record = logging.LogRecord("palrp_bench", logging.ERROR, __file__, 0, line, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
+    _undo_sweep_dir()
     sys.exit(EXIT_USER_ERROR)
 
 
 class RunDirGuard(Callback):
-    """Hydra callback (``hydra.callbacks`` in ``configs/config.yaml``): before Hydra creates the run directory (a
-    run's output directory, a sweep's directory), a ``run_dir`` that is a file or cannot be created is one line
-    (:func:`palrp_bench.rundir.check_run_dir`), not Hydra's traceback."""
+    """Hydra callback (``hydra.callbacks`` in ``configs/config.yaml``).
+
+    Before Hydra creates anything, a ``run_dir`` that is a file or cannot be created is one line
+    (:func:`palrp_bench.rundir.check_run_dir`), not Hydra's traceback. A multirun's sweep directory (the run dir,
+    where Hydra writes ``multirun.yaml`` and a cluster launcher its job files) is recorded as found, so a sweep
+    that stops before any of its runs started leaves it as it was (:func:`_undo_sweep_dir`)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config)
+        sweep = Path(str(config.hydra.sweep.dir))
+        ancestor = sweep
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        record = sweep / "multirun.yaml"
+        _Invocation.sweep = (sweep, ancestor, record.read_bytes() if record.is_file() else None)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        _undo_sweep_dir()  # e.g. a sweep of mode=plan: nothing of it stays
 
     @staticmethod
     def _check(config: DictConfig) -> None:
@@ -246,27 +329,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     from .runner.app import run
 
     try:
-        run(cfg)
+        run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))
     except PalrpError as err:
         fail(err)
-
-
-#: modes that only read: no run directory, no config copy, no log file (their logging goes to stderr)
-_READ_ONLY_MODES = ("plan", "calibrate")
-
-
-def read_only_overrides(argv: list[str]) -> list[str]:
-    """Hydra overrides that keep ``mode=plan`` / ``mode=calibrate`` from creating ``runs/<stamp>/`` (Hydra's
-    output directory, its ``.hydra/`` copy and the run's log file; logs still go to stderr); a multirun sweep
-    keeps its ``multirun.yaml`` in the temporary directory."""
-    import tempfile
-
-    modes = {arg.split("=", 1)[1] for arg in argv if "=" in arg and arg.split("=", 1)[0].lstrip("+~") == "mode"}
-    if not modes & set(_READ_ONLY_MODES):
-        return []
-    sweep = os.path.join(tempfile.gettempdir(), "palrp-bench-plan")
-    return ["hydra.output_subdir=null", "hydra.run.dir=.", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=.",
-            "~hydra.job_logging.handlers.file", "hydra.job_logging.root.handlers=[console]"]
 
 
 def main() -> None:
@@ -280,9 +345,11 @@ def main() -> None:
         check_overrides(argv)
     except BadInputError as err:
         fail(err)
-    sys.argv = [sys.argv[0], *argv, *read_only_overrides(argv)]
+    sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m palrp_bench.cli: run the imported module, whose state the Hydra callback sees
+    from palrp_bench.cli import main as _main
+
+    _main()

@@ -11,8 +11,10 @@ writes these files, the report reads them, and neither needs the other's code.
   metrics.json     the same rows per cell plus the run's summary (lm-evaluation-harness style results JSON)
   manifest.json    resolved config, versions, git commit, hardware, cells
   cells/<model>/<task>/<method>/   cell.json, shard stores, explanations/<sample>.npz
-  logs/, invocations/, selection/
+  logs/, invocations/, selection/, .hydra/<stamp>/ (each invocation's resolved config), multirun.yaml (a sweep)
 ```
+
+Nothing is written to a run directory before the run starts (palrp_bench/cli.py, palrp_bench/runner/app.py).
 """
 from __future__ import annotations
 

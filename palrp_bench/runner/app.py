@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,7 +22,7 @@ from .devices import DevicePlan, resolve_devices
 from ..atomic_io import write_json_atomic
 from ..rundir import RESULTS_CSV, check_run_dir, make_run_dir
 from ..schema import Mode
-from .execute import JobReport
+from .execute import JobReport, check_cell_record
 from .merge import MergeOutcome, merge_run
 from .plan import Cell, Job, plan_cells, plan_jobs
 from .preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
@@ -80,13 +81,21 @@ def _what(cfg: DictConfig, cells: list[Cell]) -> str:
     return f"experiment {cfg.experiment.name}"
 
 
-def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
-    """Execute ``cfg`` (a composed :class:`~palrp_bench.schema.PalrpConfig`)."""
+def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | None = None) -> RunOutcome | None:
+    """Execute ``cfg`` (a composed :class:`~palrp_bench.schema.PalrpConfig`).
+
+    Nothing is written to ``run_dir`` before the run starts: the plan, the preflight, the run directory and the
+    stored cells' settings are checked first, so a refused invocation leaves no new directory and an existing one
+    as it was. ``on_start(run_dir)`` is called once the run directory exists and the run starts writing to it (or
+    a report of an existing run directory is built): the command line records its resolved config and opens the
+    run's log file there (:func:`palrp_bench.cli.record_start`)."""
     mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
     run_dir = Path(cfg.run_dir)
     if mode == Mode.report:
         from ..report.build import build_report
 
+        if on_start is not None and ((run_dir / "cells").is_dir() or (run_dir / RESULTS_CSV).exists()):
+            on_start(run_dir)  # a run directory to report on
         if (run_dir / "cells").is_dir() and not (run_dir / RESULTS_CSV).exists():
             merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))  # an interrupted run
 
@@ -129,7 +138,11 @@ def run(cfg: DictConfig, *, out=sys.stdout) -> RunOutcome | None:
 
         calibrate(cells, devices.devices, cfg.runner, out=out)
         return RunOutcome(run_dir, cells, jobs, [], None, "")
+    for cell in cells:  # a resume with other settings is refused before anything is written
+        check_cell_record(cell, run_dir)
     make_run_dir(run_dir)
+    if on_start is not None:
+        on_start(run_dir)
     _record_invocation(cfg, run_dir, jobs, devices.devices)
     log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
     try:

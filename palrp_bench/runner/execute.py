@@ -31,7 +31,7 @@ from ..evaluation.tasks import task_adapter
 from ..numerics import device_kind, tf32_mode
 from .batching import BatchSizer, length_sorted
 from .bundles import BundleCache
-from .plan import Job
+from .plan import Cell, Job
 from .selection import select_samples
 from .sharding import shard_of
 from .store import ExplanationCache, ShardStore, encode_record, iter_cell_records, stored_metrics
@@ -56,21 +56,26 @@ class JobReport:
     error: str | None = None
 
 
-def ensure_cell_record(job: Job, run_dir: Path) -> None:
-    """Write ``cell.json`` or check that the stored one describes the same settings (else resuming would mix
-    numbers of different configurations in one table)."""
-    cell = job.cell
+def check_cell_record(cell: Cell, run_dir: Path) -> bool:
+    """Whether ``cell.json`` exists; a one-line :class:`BadInputError` when it describes other settings (resuming
+    would mix numbers of different configurations in one table). The runner checks every cell before it writes
+    anything (a refused resume leaves the run dir as it was), each job again before its first write."""
     path = cell.directory(run_dir) / "cell.json"
-    record = cell.describe()
-    if path.exists():
-        stored = json.loads(path.read_text())
-        if stored.get("fingerprint") != record["fingerprint"]:
-            changed = _changed_keys(stored.get("settings", {}), record["settings"])
-            raise BadInputError(f"run dir {run_dir} already holds results of {cell.key} with other settings "
-                                f"(changed: {', '.join(changed) or 'unknown'})",
-                                "use a new run_dir, or the same settings to resume")
-        return
-    write_json_atomic(path, record)
+    if not path.exists():
+        return False
+    stored = json.loads(path.read_text())
+    if stored.get("fingerprint") != cell.fingerprint():
+        changed = _changed_keys(stored.get("settings", {}), cell.settings())
+        raise BadInputError(f"run dir {run_dir} already holds results of {cell.key} with other settings "
+                            f"(changed: {', '.join(changed) or 'unknown'})",
+                            "use a new run_dir, or the same settings to resume")
+    return True
+
+
+def ensure_cell_record(job: Job, run_dir: Path) -> None:
+    """Write ``cell.json`` or check that the stored one describes the same settings (:func:`check_cell_record`)."""
+    if not check_cell_record(job.cell, run_dir):
+        write_json_atomic(job.cell.directory(run_dir) / "cell.json", job.cell.describe())
 
 
 def check_stabilizers_used(job: Job, run_dir: Path, used: str | None) -> None:

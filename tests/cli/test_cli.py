@@ -210,3 +210,38 @@ def test_a_run_dir_the_file_system_refuses_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(BadInputError, match=f"cannot create run_dir {target}: Read-only file system -- give run_dir"):
         run(compose_cfg(target, "experiment=selftest", "runner.quiet=true"),
             out=open(os.devnull, "w"))
+
+
+@pytest.mark.parametrize("args", [
+    ("model=tiny_vit", "task=synthetic_sentiment", "method=pa_lrp"),  # the preflight refuses the cell
+    ("-m", "model=tiny_vit", "task=synthetic_sentiment", "method=pa_lrp,attnlrp"),  # a sweep's first job does
+    ("experiment=selftest", "runner.n_shards=2", "runner.shard=5"),  # the plan refuses the shard
+])
+def test_a_refused_invocation_leaves_nothing_behind(tmp_path, args):
+    """With the default run_dir (runs/<stamp> under the working directory) nothing is created: no runs/, no
+    .hydra/, no logs/."""
+    _one_line_error(run_cli(*args, cwd=tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def test_a_refused_resume_leaves_the_run_dir_as_it_was_and_a_run_records_its_config_and_log(tmp_path):
+    run_dir = tmp_path / "r"
+    args = ("experiment=selftest", "task=selftest", "task.options.n=3", f"run_dir={run_dir}", "runner.quiet=true")
+    done = run_cli("-m", *args, "method=attnlrp,pa_lrp", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    configs = sorted(run_dir.glob(".hydra/*/config.yaml"))
+    assert len(configs) == 2 and all((c.parent / "overrides.yaml").is_file() for c in configs)  # one per job
+    assert "task.options.n=3" in configs[0].with_name("overrides.yaml").read_text()
+    assert "run dir" in (run_dir / "logs" / "palrp-bench.log").read_text()
+    assert (run_dir / "multirun.yaml").is_file()
+    before = _tree(run_dir)
+    # other settings (the settings guard), then a sweep whose first job is refused the same way
+    line = _one_line_error(run_cli(*args, "method=pa_lrp", "protocol=corrected", cwd=tmp_path))
+    assert "already holds results of selftest/selftest/pa_lrp with other settings" in line
+    _one_line_error(run_cli("-m", *args, "method=pa_lrp,attnlrp", "protocol=corrected", cwd=tmp_path))
+    assert _tree(run_dir) == before
+    assert sorted(os.listdir(tmp_path)) == ["r"]

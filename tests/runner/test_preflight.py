@@ -1,5 +1,6 @@
 """The preflight (docs/planning.md "Preflight"): every problem at once, before any model loads, online or offline,
 each with its fix written as command-line overrides that the CLI accepts and that remove the problem."""
+import os
 import re
 import shutil
 import time
@@ -374,3 +375,4 @@ def test_the_command_refuses_a_vision_model_on_a_text_task_in_one_line(tmp_path,
     where = lines[0] if mode == "run" else done.stdout
     assert "model tiny_vit is an image classifier (kind vit), but task synthetic_sentiment" in where
     assert "model=tiny_llama_cls" in where and "VisionTransformer" not in done.stderr + done.stdout
+    assert os.listdir(tmp_path) == []  # no run dir, no runs/<stamp>/

@@ -14,7 +14,8 @@ def test_submitit_local_array_of_shards(tmp_path):
                    "task=selftest", "task.options.n=12", "runner.n_shards=2", "runner.shard=0,1",
                    "runner.quiet=true", f"run_dir={run_dir}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(p.name for p in (run_dir / "jobs").iterdir()) == ["0", "1"]
+    # each array element recorded its resolved config once it started (nothing is written before a run starts)
+    assert sorted(p.name.rsplit("-", 1)[-1] for p in (run_dir / ".hydra").iterdir()) == ["job0", "job1"]
     assert list((run_dir / ".submitit").iterdir())  # really went through submitit
     stores = sorted(p.name for p in (run_dir / "cells/selftest/selftest/attnlrp").glob("shard-*.jsonl"))
     assert stores == ["shard-000-of-002.jsonl", "shard-001-of-002.jsonl"]
