@@ -1,13 +1,23 @@
 """Agreement with the official PA-LRP code (its outputs on tiny models, tests/data/official/nlp, produced by
 github.com/YardenBakish/PE-AWARE-LRP at 51eb418 -- an AttnLRP (lxt) fork, so its `attnlrp` row is also the AttnLRP
-authors' rule set).
+authors' rule set; docs/engine.md, "Agreement with the official code").
 
 The official rules carry epsilon-rule stabilisers (linears 1e-8, adds 1e-8, Q K^T 1e-8, A @ V 1e-6:
 ``OFFICIAL_NLP`` in palrp_bench/lrp/stabilizers.py). ``stabilizers="official"``, the default under
-``protocol="official"``, reproduces them: token scores agree to <= 1e-5 relative in float32 (``TOL``; measured
-<= 6.9e-7 with ``attention="eager"``, the official attention, which applies all of them; <= 1.0e-6 on the default
-fused path, which leaves out the two on the score matrix). The exact rules (``stabilizers="none"``) differ by up
-to ~1e-3, and dropping any one stabiliser breaks the agreement (tests below), so the tolerance sees each of them.
+``protocol="official"``, reproduces them. The exact rules (``stabilizers="none"``) differ by up to ~1e-3, and
+dropping any one stabiliser breaks the agreement (tests below), so the tolerance sees each of them.
+
+float32 fixtures (tests/reference/conditioning.py): our float64 scores and terms are the exact ones, so their
+distance to the official float32 arrays is the official run's own float32 rounding, the same on every machine:
+measured <= 8.3e-7 for the token scores with ``attention="eager"`` (9.6e-7 on the default fused path, which also
+leaves out the two stabilisers on the score matrix), <= 2.1e-6 for the semantic sums and per-layer cos / sin terms
+(``OFFICIAL_ROUNDING`` = 2.5e-6 bounds them). Our float32 arrays are judged on the well-conditioned sequences only
+(our float32 vs float64 <= ``COND``, at least 2 of 3; 3 of 3 here) and must agree to our float32 rounding of the
+sequence + ``OFFICIAL_ROUNDING``, the worst case two float32 roundings can produce; ``COND`` = 1e-5 -
+``OFFICIAL_ROUNDING`` keeps that within the issue's 1e-5 (``TOL``). Measured here (AMD EPYC; native = AVX2 and
+``ATEN_CPU_CAPABILITY=default``): our float32 rounding <= 1.7e-6 for the scores and <= 5.8e-6 for the terms (the
+cos term of the second non-causal sequence: 5.8e-6 with AVX2, 2.6e-6 with the default kernels, so a CPU's kernels
+can move it towards the 1e-5 requirement); agreement <= 1.0e-6 (scores), <= 3.7e-6 (terms).
 
 The float64 fixture is not float64 throughout: the official run computes the RMSNorm (as Hugging Face does) and
 the attention softmax with its relevance rule (``attn_weights.float()``) in float32, and sums the token relevance
@@ -30,6 +40,7 @@ from conftest import OFFICIAL
 from palrp_bench import explain
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.stabilizers import OFFICIAL_NLP
+from reference.conditioning import judged_samples
 
 NLP = OFFICIAL / "nlp"
 KEYS = {"attnlrp": "attnlrp", "pe_only": "pe_only", "pa_lrp": "pa_lrp", "pa_lrp_no_multisink": "pa_lrp_no_abs"}
@@ -43,6 +54,10 @@ CASES = [  # fixture, model folder, ids, dtype, causal
 TOL = {torch.float32: 1e-5, torch.float64: 16 * torch.finfo(torch.float32).eps}
 F64_FIXTURE_TOL = TOL[torch.float64]
 EMULATED_F64_TOL = 1e-9  # the issue's requirement for the float64 fixture, met with the float32 stages emulated
+OFFICIAL_ROUNDING = 2.5e-6  # the float32 fixtures' own rounding: <= 2.1e-6 from our float64 arrays (docstring)
+COND = TOL[torch.float32] - OFFICIAL_ROUNDING  # a sequence is judged when our float32 and float64 agree to this
+MIN_JUDGED = 2  # of the fixtures' 3 sequences
+FLOAT32_CASES = [case for case in CASES if case[3] == torch.float32]
 _models = {}
 
 
@@ -58,35 +73,84 @@ def rel_err(a, b):
     return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
 
 
-def worst_score_error(fixture, folder, ids_file, dtype, causal, methods=tuple(KEYS), **options):
-    """Max over methods and sequences of the relative difference of the token scores to the official ones."""
+def sequences(ids_file):
+    return json.loads((NLP / ids_file).read_text())
+
+
+def score_errors(fixture, folder, ids_file, dtype, causal, methods=tuple(KEYS), against=None, **options):
+    """Per sequence: the worst over methods of the relative difference of our token scores (model in ``dtype``) to
+    the official ones, or, with ``against`` (a dtype), to ours with the model in that dtype."""
     ref = np.load(NLP / fixture)
     model = load(folder, dtype)
     off = ref["offsets"]
-    worst = 0.0
-    for i, seq in enumerate(json.loads((NLP / ids_file).read_text())):
+    worst = []
+    for i, seq in enumerate(sequences(ids_file)):
+        rels = []
         for method in methods:
             rel = explain(model, torch.tensor([seq]), method=method, causal=causal, **options)
             assert int(rel.target[0]) == int(ref["pred"][i])
             assert abs(float(rel.logit[0]) - float(ref["logit"][i])) < 1e-5
-            worst = max(worst, rel_err(rel.scores[0].double(), ref[KEYS[method]][off[i]:off[i + 1]]))
+            if against is None:
+                theirs = ref[KEYS[method]][off[i]:off[i + 1]]
+            else:
+                theirs = explain(load(folder, against), torch.tensor([seq]), method=method, causal=causal,
+                                 **options).scores[0].double()
+            rels.append(rel_err(rel.scores[0].double(), theirs))
+        worst.append(max(rels))
     return worst
+
+
+def worst_score_error(fixture, folder, ids_file, dtype, causal, methods=tuple(KEYS), **options):
+    """Max over methods and sequences of the relative difference of the token scores to the official ones."""
+    return max(score_errors(fixture, folder, ids_file, dtype, causal, methods, **options))
+
+
+def assert_judged_agreement(fixture, agreement, rounding):
+    """Float32 against a float32 fixture: on the well-conditioned sequences, at most our float32 rounding of the
+    sequence plus the fixture's (module docstring). Returns the judged sequences."""
+    judged, line = judged_samples(rounding, COND, MIN_JUDGED, fixture)
+    for i in judged:
+        bound = rounding[i] + OFFICIAL_ROUNDING
+        assert agreement[i] <= bound, f"{line}; sequence {i}: {agreement[i]:.2e} > {bound:.2e}"
+    return judged
+
+
+def assert_scores_match(fixture, folder, ids_file, dtype, causal, methods=tuple(KEYS), **options):
+    case = (fixture, folder, ids_file, dtype, causal)
+    agreement = score_errors(*case, methods=methods, **options)
+    if dtype == torch.float64:  # our float64 model, the float64 fixture's float32 stages (docstring)
+        assert max(agreement) <= F64_FIXTURE_TOL, agreement
+    else:
+        assert_judged_agreement(fixture, agreement, score_errors(*case, methods=methods, against=torch.float64,
+                                                                 **options))
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", FLOAT32_CASES)
+def test_float32_fixtures_are_float32_roundings_of_our_float64_scores(fixture, folder, ids_file, dtype, causal,
+                                                                       attention):
+    """Our float64 token scores vs the official float32 ones, every sequence, the same on every machine: measured
+    <= 8.3e-7 (eager), 9.6e-7 (fused) <= ``OFFICIAL_ROUNDING``."""
+    errors = score_errors(fixture, folder, ids_file, torch.float64, causal, attention=attention)
+    assert max(errors) <= OFFICIAL_ROUNDING, errors
 
 
 @pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", CASES)
 @pytest.mark.parametrize("method", sorted(KEYS))
 def test_scores_match_official(fixture, folder, ids_file, dtype, causal, method):
-    """protocol=official (stabilizers="official" by default), the official eager attention: measured <= 6.9e-7
-    (float32), 3.3e-7 (float64)."""
-    assert worst_score_error(fixture, folder, ids_file, dtype, causal, methods=(method,),
-                             attention="eager") <= TOL[dtype]
+    """protocol=official (stabilizers="official" by default), the official eager attention: measured <= 8.7e-7
+    (float32, well-conditioned sequences, against bounds >= 2.6e-6), 3.3e-7 (float64)."""
+    assert_scores_match(fixture, folder, ids_file, dtype, causal, methods=(method,), attention="eager")
 
 
 @pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", CASES)
 def test_scores_match_official_on_the_fused_path(fixture, folder, ids_file, dtype, causal):
-    """The default fused attention leaves out the Q K^T and mask-add stabilisers: measured <= 1.0e-6 (float32),
-    9.0e-7 (float64), within the float32 requirement for every fixture."""
-    assert worst_score_error(fixture, folder, ids_file, dtype, causal) <= TOL[torch.float32]
+    """The default fused attention leaves out the Q K^T and mask-add stabilisers: measured <= 1.0e-6 (float32,
+    well-conditioned sequences), 9.0e-7 (float64 fixture, within the float32 requirement ``TOL``)."""
+    if dtype == torch.float64:
+        assert worst_score_error(fixture, folder, ids_file, dtype, causal) <= TOL[torch.float32]
+    else:
+        assert_scores_match(fixture, folder, ids_file, dtype, causal)
 
 
 @pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", CASES)
@@ -104,25 +168,55 @@ def test_each_stabiliser_the_float32_fixture_sees_is_needed(field):
     assert worst_score_error(*CASES[3], stabilizers=stab, attention="eager") > TOL[torch.float32]
 
 
-@pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", CASES)
-def test_semantic_and_positional_terms_match_official(fixture, folder, ids_file, dtype, causal):
+def term_errors(fixture, folder, ids_file, dtype, causal, against=None):
+    """Per sequence (eager attention): the worst relative difference of the semantic sums of both passes and of the
+    per-layer cos / sin terms to the official ones (or, with ``against``, to ours with the model in that dtype), and
+    the difference of the official ledger totals relative to the logit."""
     ref = np.load(NLP / fixture)
-    model = load(folder, dtype)
-    seqs = json.loads((NLP / ids_file).read_text())
     off = ref["offsets"]
-    for i, seq in enumerate(seqs):
+
+    def terms(model, seq):
         base = explain(model, torch.tensor([seq]), method="attnlrp", causal=causal, attention="eager")
         pa = explain(model, torch.tensor([seq]), method="pa_lrp", causal=causal, attention="eager")
+        return [t.double() for t in (base.semantic[0], pa.semantic[0], pa.positional[0, :, 0],
+                                     pa.positional[0, :, 1])]
+
+    worst, ledger = [], []
+    for i, seq in enumerate(sequences(ids_file)):
         sl = slice(off[i], off[i + 1])
-        assert rel_err(base.semantic[0].double(), ref["sem_attnlrp"][sl]) <= TOL[dtype]
-        assert rel_err(pa.semantic[0].double(), ref["sem_pe"][sl]) <= TOL[dtype]
-        assert rel_err(pa.positional[0, :, 0].double(), ref["pos_cos"][:, sl]) <= TOL[dtype]
-        assert rel_err(pa.positional[0, :, 1].double(), ref["pos_sin"][:, sl]) <= TOL[dtype]
+        ours = terms(load(folder, dtype), seq)
+        theirs = (terms(load(folder, against), seq) if against is not None else
+                  [ref["sem_attnlrp"][sl], ref["sem_pe"][sl], ref["pos_cos"][:, sl], ref["pos_sin"][:, sl]])
+        worst.append(max(rel_err(o, t) for o, t in zip(ours, theirs)))
         # the official ledger: sum(sem) + sum(pos) = logit - absorbed_softmax - eps_leak; with the same stabilisers
         # the leak and the softmax absorption are the same: totals agree to 6.5e-7 of the logit (6.1e-5 without)
-        ours_total = float(pa.semantic.double().sum() + pa.positional.double().sum())
+        ours_total = float(ours[1].sum() + ours[2].sum() + ours[3].sum())
         official_total = float(ref["sem_pe"][sl].sum() + ref["pos_cos"][:, sl].sum() + ref["pos_sin"][:, sl].sum())
-        assert abs(ours_total - official_total) < 5e-6 * abs(float(ref["logit"][i]))
+        ledger.append(abs(ours_total - official_total) / abs(float(ref["logit"][i])))
+    return worst, ledger
+
+
+@pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", CASES)
+def test_semantic_and_positional_terms_match_official(fixture, folder, ids_file, dtype, causal):
+    """Semantic sums of both passes, per-layer cos / sin terms: float32 on the well-conditioned sequences (measured
+    <= 3.7e-6 against bounds >= 2.6e-6 + our rounding), float64 fixture <= ``F64_FIXTURE_TOL``; ledger totals
+    within 5e-6 of the logit (measured 6.5e-7)."""
+    worst, ledger = term_errors(fixture, folder, ids_file, dtype, causal)
+    judged = range(len(worst))
+    if dtype == torch.float64:
+        assert max(worst) <= F64_FIXTURE_TOL, worst
+    else:
+        rounding, _ = term_errors(fixture, folder, ids_file, dtype, causal, against=torch.float64)
+        judged = assert_judged_agreement(fixture, worst, rounding)
+    assert all(ledger[i] < 5e-6 for i in judged), ledger
+
+
+@pytest.mark.parametrize("fixture,folder,ids_file,dtype,causal", FLOAT32_CASES)
+def test_float32_fixtures_are_float32_roundings_of_our_float64_terms(fixture, folder, ids_file, dtype, causal):
+    """Our float64 semantic sums and cos / sin terms vs the official float32 ones, every sequence, the same on every
+    machine: measured <= 2.1e-6 <= ``OFFICIAL_ROUNDING``."""
+    worst, _ = term_errors(fixture, folder, ids_file, torch.float64, causal)
+    assert max(worst) <= OFFICIAL_ROUNDING, worst
 
 
 def test_float64_fixture_scores_are_float32_numbers():
