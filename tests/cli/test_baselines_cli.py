@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from palrp_bench.catalog import load
-from runner.harness import read_results, run_cli
+from runner.harness import NO_GPU, read_results, run_cli
 
 NEW_METHODS = {"integrated_gradients", "smoothgrad", "attn_rollout", "grad_attn_rollout", "grad_cam", "atman",
                "attnlrp_gamma_b4", "cp_lrp_gamma_b4"}
@@ -34,7 +34,7 @@ def test_every_baseline_runs_on_the_embedded_tasks(tmp_path):
 
 
 def test_attnlrp_table1_without_models_lists_what_is_missing(tmp_path):
-    done = run_cli("experiment=attnlrp_table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path)
+    done = run_cli("experiment=attnlrp_table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path, env=NO_GPU)
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[0].startswith("palrp-bench: error: cannot run experiment attnlrp_table1"), lines

@@ -8,7 +8,7 @@ import pytest
 
 from palrp_bench.cli import check_overrides
 from palrp_bench.errors import BadInputError
-from runner.harness import read_results, run_cli
+from runner.harness import NO_GPU, read_results, run_cli
 
 
 @pytest.mark.parametrize("argv,match", [
@@ -99,7 +99,7 @@ def test_batch_size_takes_an_integer_or_auto(tmp_path):
 
 
 def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):
-    done = run_cli("experiment=table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path)
+    done = run_cli("experiment=table1", f"run_dir={tmp_path / 'r'}", cwd=tmp_path, env=NO_GPU)
     assert done.returncode == 2, done.stderr[-1500:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[0] == "palrp-bench: error: cannot run experiment table1: 5 problems found before loading anything:"
@@ -112,7 +112,7 @@ def test_paper_table_without_gpu_or_data_lists_what_is_missing(tmp_path):
 
 
 def test_gpu_request_and_bad_shard_on_cpu(tmp_path):
-    line = _one_line_error(run_cli("experiment=selftest", "runner.devices=[cuda:0]", cwd=tmp_path))
+    line = _one_line_error(run_cli("experiment=selftest", "runner.devices=[cuda:0]", cwd=tmp_path, env=NO_GPU))
     assert "GPU 0 was requested" in line and "runner.devices=[cpu]" in line
     line = _one_line_error(run_cli("experiment=selftest", "runner.n_shards=4", "runner.shard=4", cwd=tmp_path))
     assert "shard index 4 is out of range for runner.n_shards=4" in line

@@ -23,20 +23,32 @@ def compose_cfg(run_dir: Path, *overrides: str):
         return compose("config", overrides=[f"run_dir={run_dir}", *overrides])
 
 
-def cli_env() -> dict:
+#: added to a CLI child's environment where a test's point is a machine without a GPU: CUDA then sees no device
+#: (users run on GPUs, so a test never assumes there is none; a test about CPU behaviour pins runner.devices=[cpu])
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def cli_env(extra: dict | None = None) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return env
+    return {**env, **(extra or {})}
 
 
 def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "palrp_bench.cli", *args]
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run ``palrp-bench <args>`` to completion and capture its output."""
-    return subprocess.run(cli_command(*args), cwd=cwd, env=cli_env(), capture_output=True, text=True,
+def run_cli(*args: str, cwd: Path, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``palrp-bench <args>`` to completion and capture its output; ``env`` adds variables (e.g. ``NO_GPU``)."""
+    return subprocess.run(cli_command(*args), cwd=cwd, env=cli_env(env), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def fake_cuda_devices(monkeypatch, n: int) -> None:
+    """Make device discovery (``runner.devices``) see ``n`` CUDA devices in this process, present or absent."""
+    from palrp_bench.runner import devices
+
+    monkeypatch.setattr(devices, "cuda_device_count", lambda: n)
 
 
 def read_results(run_dir: Path) -> pd.DataFrame:

@@ -11,11 +11,14 @@ from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.tasks.selftest import SelftestAdapter
 from palrp_bench.runner import batching
 from palrp_bench.runner.app import run
-from palrp_bench.runner.batching import CPU_AUTO_BATCH_SIZE, BatchSizer, check_batch_size, length_sorted
+from palrp_bench.runner.batching import (CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, BatchSizer, check_batch_size,
+                                         length_sorted)
 from runner.harness import compose_cfg, per_sample_values, read_results
 
+# on the CPU (its first automatic batch size, CPU_AUTO_BATCH_SIZE); the GPU's is checked in
+# test_auto_starts_from_the_device_s_first_size
 SELFTEST = ("experiment=selftest", "task=selftest", "model=selftest", "method=pa_lrp", "runner.quiet=true",
-            "task.options.n=21")
+            "task.options.n=21", "runner.devices=[cpu]")
 
 
 def _run(run_dir, *overrides):
@@ -79,6 +82,14 @@ def test_a_fixed_batch_size_is_not_retried_and_one_sample_too_many_is_one_line(t
     with pytest.raises(BadInputError, match="out of memory on cpu even with one sample per batch") as err:
         _run(tmp_path / "b", "runner.batch_size=auto")
     assert "\n" not in str(err.value)
+
+
+def test_auto_starts_from_the_device_s_first_size():
+    """No size remembered (no cell, so no cache key): CUDA_AUTO_START on a GPU, CPU_AUTO_BATCH_SIZE on the CPU; a
+    fixed size is kept."""
+    assert BatchSizer("auto", "cuda:0").size == CUDA_AUTO_START
+    assert BatchSizer("auto", "cpu").size == CPU_AUTO_BATCH_SIZE
+    assert BatchSizer(3, "cuda:0").size == 3
 
 
 @pytest.mark.parametrize("value", ["abc", 0, -3, 2.5, True])

@@ -9,6 +9,7 @@ import pytest
 
 from palrp_bench.errors import BadInputError
 from palrp_bench.runner.app import run
+from palrp_bench.runner.batching import CPU_AUTO_BATCH_SIZE
 from palrp_bench.runner.selection import SELECTION_CHUNK, _apply_rule
 from palrp_bench.schema import Selection
 from palrp_bench.evaluation.tasks.selftest import selftest_correct, selftest_values
@@ -114,13 +115,14 @@ def test_selection_is_shard_and_batch_independent(tmp_path, rule):
 
 
 def test_run_dir_records(tmp_path):
-    _run(tmp_path, "task.options.n=4")
+    """On the CPU: no device peak memory, the CPU's first automatic batch size."""
+    _run(tmp_path, "task.options.n=4", "runner.devices=[cpu]")
     cell = json.loads((tmp_path / "cells/selftest/selftest/attnlrp/cell.json").read_text())
     assert cell["key"] == "selftest/selftest/attnlrp" and cell["settings"]["protocol"] == "official"
     status = json.loads((tmp_path / "cells/selftest/selftest/attnlrp/shard-000-of-001.status.json").read_text())
     assert status["status"] == "done" and status["n_computed"] == 4 and status["device"] == "cpu"
     assert set(status["timing"]) == {"load_model_s", "load_data_s", "selection_s", "evaluate_s"}
-    assert status["batch_size"] == 8 and status["peak_device_bytes"] is None
+    assert status["batch_size"] == CPU_AUTO_BATCH_SIZE and status["peak_device_bytes"] is None
     assert len(list((tmp_path / "cells/selftest/selftest/attnlrp/explanations").glob("*.npz"))) == 4
 
 

@@ -17,7 +17,7 @@ SELFTEST = ("experiment=selftest", "task=selftest", "runner.quiet=true")
 
 def test_tidy_csv_is_long_and_self_describing(tmp_path):
     run(compose_cfg(tmp_path / "r1", *SELFTEST, "task.options.n=6", "protocol=corrected", "rules=cp_lrp",
-                    "seed=7"), out=open("/dev/null", "w"))
+                    "seed=7", "runner.devices=[cpu]"), out=open("/dev/null", "w"))
     df = read_results(tmp_path / "r1")
     assert list(df.columns) == RESULT_COLUMNS
     assert set(df.run) == {"r1"} and set(df.model) == {"selftest"} and set(df.task) == {"selftest"}

@@ -13,7 +13,7 @@ from palrp_bench.runner.cost import CostConstants, estimate, load_constants
 from palrp_bench.runner.devices import resolve_devices
 from palrp_bench.runner.plan import plan_cells, plan_jobs
 from palrp_bench.runner.selection import cache_file_name
-from runner.harness import compose_cfg, run_cli
+from runner.harness import NO_GPU, compose_cfg, run_cli
 
 
 def _count(tmp_path, *overrides, max_samples=None):
@@ -118,7 +118,8 @@ def test_uncalibrated_devices_say_so_instead_of_a_time(tmp_path):
 
 
 def test_plan_on_an_empty_machine_lists_everything_and_writes_nothing(tmp_path):
-    done = run_cli("mode=plan", "experiment=table1", cwd=tmp_path)
+    """No GPU (hidden from the child), no checkpoints, no data."""
+    done = run_cli("mode=plan", "experiment=table1", cwd=tmp_path, env=NO_GPU)
     assert done.returncode == 2, done.stderr[-2000:]
     out = done.stdout
     assert "cpu time per task: imdb " in out and re.search(r"total: [\d,.]+ device-hours", out)
@@ -132,9 +133,14 @@ def test_plan_on_an_empty_machine_lists_everything_and_writes_nothing(tmp_path):
 
 
 def test_plan_of_the_embedded_default_is_complete(tmp_path):
+    """On any machine: with runner.devices=[auto] the plan names the devices this machine has (every GPU, else the
+    CPU)."""
     done = run_cli("mode=plan", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     cells = len(plan_cells(compose_cfg(tmp_path / "run")))
-    assert cells > 20 and f"{cells} cell(s), {cells} job(s) on cpu" in done.stdout and "nothing missing" in done.stdout
+    devices = resolve_devices(["auto"]).devices
+    on = devices[0] if len(devices) == 1 else ",".join(devices)
+    assert cells > 20 and f"{cells} cell(s), {cells} job(s) on {on}" in done.stdout, done.stdout
+    assert "nothing missing" in done.stdout
     assert "tiny_vit           synthetic_shapes_seg" in done.stdout
     assert os.listdir(tmp_path) == []

@@ -14,7 +14,7 @@ from palrp_bench.runner import preflight
 from palrp_bench.runner.devices import resolve_devices
 from palrp_bench.runner.plan import plan_cells
 from palrp_bench.runner.preflight import MissingRequirementsError, check_requirements, run_preflight
-from runner.harness import compose_cfg
+from runner.harness import compose_cfg, fake_cuda_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data"
 CPU = resolve_devices(["cpu"], n_cuda=0)
@@ -241,13 +241,21 @@ def test_go_offline_switches_the_loaded_hub_library_off(monkeypatch):
     assert hub.hub_offline() and hub.hub_offline("dataset") and constants.HF_HUB_OFFLINE is True
 
 
-def test_devices_problems_join_the_list(offline):
+@pytest.mark.parametrize("n_cuda,device_problem", [(0, "no CUDA device is visible"),
+                                                   (1, "only 1 CUDA device(s) are visible"), (2, None)])
+def test_devices_problems_join_the_list(offline, monkeypatch, n_cuda, device_problem):
+    """cuda:1 asked for on a machine with no, one or two GPUs (faked): the device problem joins the others."""
     from palrp_bench.runner.app import run
 
+    fake_cuda_devices(monkeypatch, n_cuda)
     with pytest.raises(MissingRequirementsError) as err:
         run(compose_cfg(offline / "run", "experiment=table1", "runner.devices=[cuda:1]"))
     text = str(err.value)
-    assert "GPU 1 was requested" in text and "./checkpoints/tinyllama_imdb" in text
+    assert "./checkpoints/tinyllama_imdb" in text
+    if device_problem:
+        assert f"GPU 1 was requested (runner.devices) but {device_problem}" in text
+    else:
+        assert "GPU 1 was requested" not in text and "a CUDA GPU" not in text
     assert not (offline / "run").exists()
 
 
