@@ -3,9 +3,14 @@ element, all shards writing into one run dir, merged by the last job (issue "Run
 import os
 
 import pandas as pd
+import pytest
 
 from palrp_bench.runner.app import run
 from runner.harness import compose_cfg, per_sample_values, read_results, run_cli
+
+SLURM_EXTRA = 'the slurm extra is not installed (pip install -e ".[slurm]")'
+pytest.importorskip("submitit", reason=SLURM_EXTRA)
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason=SLURM_EXTRA)
 
 
 def test_submitit_local_array_of_shards(tmp_path):
