@@ -103,9 +103,13 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
             ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; vision: ``attention``).
 
+    Inputs, ``attention_mask``, token types and ``target`` may be on any device (CPU ids for a CUDA model): the
+    twin's ``prepare`` checks them where they are and moves them to the model's device, the target follows the
+    logits (docs/engine.md, "What explain returns").
+
     Returns:
         :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
-        ``logit``, ``target`` (shapes documented there).
+        ``logit``, ``target`` (shapes documented there), on the model's device.
     """
     protocol = check_protocol(protocol)
     m = get_method(method)

@@ -23,3 +23,12 @@ if str(TESTS) not in sys.path:
 
 DATA = TESTS / "data"
 OFFICIAL = DATA / "official"
+
+
+def pytest_runtest_setup(item):
+    """``@pytest.mark.cuda`` tests (pyproject.toml markers) need a CUDA device: skipped, with the reason, where none
+    is visible. Users run on GPUs, so no other test may assume there is none."""
+    if item.get_closest_marker("cuda") is not None and not torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("needs a CUDA device: none is visible here (torch.cuda.is_available() is False)")

@@ -58,11 +58,12 @@ class Attribution:
 
 
 def resolve_target(target, logits: torch.Tensor) -> torch.Tensor:
-    """``None`` -> arg-max; an int or a ``[B]`` tensor selects the explained index per sample."""
+    """``None`` -> arg-max; an int or a ``[B]`` tensor (on any device) selects the explained index per sample.
+    Checked where the caller keeps it, returned on the logits' device."""
     b, c = logits.shape
     if target is None:
         return logits.detach().argmax(-1)
-    t = torch.as_tensor(target, device=logits.device).long()
+    t = torch.as_tensor(target).long()
     if t.dim() == 0:
         t = t.expand(b)
     if t.shape != (b,):
@@ -70,7 +71,7 @@ def resolve_target(target, logits: torch.Tensor) -> torch.Tensor:
                             "pass one class/token index per sample")
     if bool((t < 0).any()) or bool((t >= c).any()):
         raise BadInputError(f"target index out of range for {c} outputs", f"use indices in [0, {c - 1}]")
-    return t
+    return t.to(logits.device)
 
 
 def seed_gradient(explained: torch.Tensor, starting_relevance: str) -> torch.Tensor:

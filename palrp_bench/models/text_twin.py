@@ -213,7 +213,8 @@ class TextTwin:
         return pos.clone()
 
     def prepare(self, inputs, attention_mask=None) -> TextInputs:
-        """Check shapes, lengths and ids and move them to the model's device (one-line errors for bad input).
+        """Check shapes, lengths and ids where the caller keeps them and move them to the model's device
+        (:mod:`~palrp_bench.models.token_inputs`; one-line errors for bad input).
 
         ``inputs``: ``input_ids`` ``[B, T]`` (or ``[T]``), or a tokenizer's output mapping with ``input_ids`` and
         optionally ``attention_mask`` / ``token_type_ids``."""
@@ -229,12 +230,15 @@ class TextTwin:
         mask = attention_mask_of(attention_mask, ids)
         types = None
         if token_type_ids is not None:
-            types = per_token(token_type_ids, ids, "token_type_ids")
             n_types = self.type_vocab_size
             if n_types is None:
                 raise BadInputError(f"{type(self.model).__name__} has no token types", "drop token_type_ids")
-            if bool((types < 0).any()) or bool((types >= n_types).any()):
-                raise BadInputError(f"token type out of range for {n_types} types", "pass the tokenizer's output")
+
+            def check_types(types):
+                if bool((types < 0).any()) or bool((types >= n_types).any()):
+                    raise BadInputError(f"token type out of range for {n_types} types", "pass the tokenizer's output")
+
+            types = per_token(token_type_ids, ids, "token_type_ids", check_types)
         return TextInputs(ids, mask, types, self.explained_index(ids, mask))
 
     @property

@@ -1,7 +1,12 @@
 """A language model's inputs, shared by every text twin: checks of token ids, attention masks and other per-token
 tensors (each bad input a one-line :class:`~palrp_bench.errors.BadInputError` naming the fix), and the key-padding
-mask the attention rule takes."""
+mask the attention rule takes.
+
+The inputs may sit on any device (CPU ids for a model on a GPU, as inseq takes them): each is checked where the
+caller keeps it and then moved once to the model's device (the device of the ids :func:`token_batch` returns)."""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -11,9 +16,9 @@ __all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask", 
 
 
 def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device) -> torch.Tensor:
-    """``input_ids`` (``[B, T]`` or ``[T]``, any integer tensor-like) as a long tensor ``[B, T]`` on ``device``;
-    refuses other shapes and dtypes, empty inputs, sequences longer than ``max_positions`` and ids outside the
-    vocabulary."""
+    """``input_ids`` (``[B, T]`` or ``[T]``, any integer tensor-like, on any device) as a long tensor ``[B, T]`` on
+    ``device`` (the model's); refuses other shapes and dtypes, empty inputs, sequences longer than ``max_positions``
+    and ids outside the vocabulary."""
     if not isinstance(input_ids, torch.Tensor):
         input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:
@@ -32,28 +37,35 @@ def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device
     return input_ids.to(device=device, dtype=torch.long)
 
 
-def per_token(values, ids: torch.Tensor, name: str) -> torch.Tensor:
-    """A per-token tensor (``token_type_ids``, ...) shaped like ``ids``, as long on ``ids``' device."""
+def per_token(values, ids: torch.Tensor, name: str, check: Callable[[torch.Tensor], None] | None = None
+              ) -> torch.Tensor:
+    """A per-token tensor (``token_type_ids``, ...) shaped like ``ids``, as long on ``ids``' device; ``check``
+    (raising :class:`BadInputError`) sees it as long where the caller keeps it, before the move."""
     values = torch.as_tensor(values)
     if values.dim() == 1:
         values = values[None]
     if values.shape != ids.shape:
         raise BadInputError(f"{name} shape {tuple(values.shape)} differs from input_ids {tuple(ids.shape)}",
                             "pass what the tokenizer returned")
-    return values.to(device=ids.device, dtype=torch.long)
+    values = values.long()
+    if check is not None:
+        check(values)
+    return values.to(device=ids.device)
 
 
-def attention_mask_of(attention_mask, ids: torch.Tensor) -> torch.Tensor | None:
-    """The attention mask (``None`` stays ``None``): shaped like ``ids``, only 0 and 1, at least one real token per
-    sample."""
-    if attention_mask is None:
-        return None
-    mask = per_token(attention_mask, ids, "attention_mask")
+def _check_mask(mask: torch.Tensor) -> None:
     if bool(((mask != 0) & (mask != 1)).any()):
         raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
     if bool((mask.sum(-1) == 0).any()):
         raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
-    return mask
+
+
+def attention_mask_of(attention_mask, ids: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask (``None`` stays ``None``) on ``ids``' device: shaped like ``ids``, only 0 and 1, at least
+    one real token per sample."""
+    if attention_mask is None:
+        return None
+    return per_token(attention_mask, ids, "attention_mask", _check_mask)
 
 
 def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:

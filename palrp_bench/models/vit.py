@@ -212,7 +212,8 @@ class VitTwin:
         return int(self.patch_embed.proj.in_channels)
 
     def prepare_pixels(self, pixel_values) -> torch.Tensor:
-        """Check a batch of normalised images and move it to the model's device and dtype: ``[B, C, H, W]``."""
+        """Check a batch of normalised images (on any device) and move it to the model's device and dtype:
+        ``[B, C, H, W]``. Checked where the caller keeps it, in the model's dtype, then moved once."""
         if not isinstance(pixel_values, torch.Tensor):
             raise BadInputError(f"pixel_values must be a tensor, got {type(pixel_values).__name__}",
                                 "pass normalised images as a float tensor [batch, 3, H, W]")
@@ -243,10 +244,10 @@ class VitTwin:
             if not ok:
                 raise BadInputError(f"image size {h}x{w} does not match the model's {expected[0]}x{expected[1]}",
                                     f"resize the images to {expected[0]}x{expected[1]} (docs/protocol.md section 3)")
-        x = x.to(device=self.device, dtype=self.dtype)
+        x = x.to(dtype=self.dtype)
         if not bool(torch.isfinite(x).all()):
             raise BadInputError("pixel_values contain NaN or infinite values", "check the image loading")
-        return x
+        return x.to(device=self.device)
 
     def check_composite(self, composite: Composite) -> Composite:
         """Refuse composites naming gamma roles this twin does not have (they would be silently ignored)."""

@@ -6,7 +6,11 @@ bitsandbytes is not installed; with bitsandbytes installed a model that fails to
 Relevance through ``Linear4bit`` is checked against a float twin: the same checkpoint loaded in float32 with every
 quantized linear replaced by its dequantized weight (``bitsandbytes.functional.dequantize_4bit``). A 4-bit layer
 computes with exactly that weight, so the relevance of both must agree to float32 rounding, and both must satisfy the
-accounting identity (tests/lrp/test_accounting.py) to the same float32 tolerance."""
+accounting identity (tests/lrp/test_accounting.py) to the same float32 tolerance.
+
+Where CUDA is available bitsandbytes quantizes onto cuda:0 (``load_hf_model`` picks ``device_map="auto"``) while the
+float twin stays on the CPU: ``explain`` gets CPU ids and moves them (tests/models/test_input_devices.py), the
+explanations stay on the model's device, and comparisons are made on the CPU."""
 import pytest
 import torch
 
@@ -55,7 +59,12 @@ def float_twin(checkpoint, quantized):
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().cpu(), b.detach().cpu()
     return bool((a - b).abs().max() <= FLOAT32_RTOL * max(float(b.abs().max()), 1e-12))
+
+
+def _device(model) -> torch.device:
+    return DecoderTwin(model).device
 
 
 def test_layers_are_4bit(quantized):
@@ -65,11 +74,12 @@ def test_layers_are_4bit(quantized):
 
 
 def test_twin_parity_and_explain_on_4bit(quantized):
-    ids = random_ids(2, 9)
+    ids = random_ids(2, 9)  # on the CPU: explain moves them; the twin's own forward takes them on its device
     twin = DecoderTwin(quantized)
-    out = twin.forward(twin.embed(ids), None, twin.last_index(ids, None), ATTNLRP, positional_sinks=True)
+    ids_there = ids.to(twin.device)
+    out = twin.forward(twin.embed(ids_there), None, twin.last_index(ids_there, None), ATTNLRP, positional_sinks=True)
     with torch.no_grad():
-        ref = quantized(input_ids=ids).logits
+        ref = quantized(input_ids=ids_there).logits
     ref = ref[:, -1] if not twin.is_classifier else ref
     assert (out.logits - ref).abs().max() < 1e-4
     for method in ("attnlrp", "pa_lrp"):
@@ -79,7 +89,7 @@ def test_twin_parity_and_explain_on_4bit(quantized):
     assert rel.positional.abs().sum() > 0
     # inference forwards in between (as the perturbation protocol does) change nothing
     with torch.no_grad():
-        quantized(input_ids=ids)
+        quantized(input_ids=ids_there)
     again = explain(quantized, ids, method="pa_lrp")
     assert torch.equal(again.scores, rel.scores)
 
@@ -99,6 +109,23 @@ def test_relevance_through_linear4bit_equals_the_dequantized_float_twin(quantize
     assert not _close(original.semantic, ref.semantic)
 
 
+@pytest.mark.cuda
+def test_4bit_on_cuda_takes_cpu_ids(quantized, float_twin):
+    """bitsandbytes quantized onto cuda:0; CPU ids, mask and target explain as ids on the GPU do, and as the
+    dequantized float twin on the CPU does (to float32 rounding)."""
+    assert _device(quantized).type == "cuda", "bitsandbytes did not quantize onto the GPU"
+    ids = random_ids(2, 9)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    target = torch.tensor([0, 1])
+    ours = explain(quantized, ids, attention_mask=mask, target=target, method="pa_lrp")
+    there = explain(quantized, ids.cuda(), attention_mask=mask.cuda(), target=target.cuda(), method="pa_lrp")
+    assert ours.scores.device.type == "cuda" and torch.equal(ours.scores, there.scores)
+    ref = explain(float_twin, ids, attention_mask=mask, target=target, method="pa_lrp")
+    for part in ("scores", "semantic", "positional", "logit"):
+        assert _close(getattr(ours, part), getattr(ref, part)), part
+
+
 @pytest.mark.parametrize("sinks", [False, True])
 def test_4bit_relevance_conserves_as_the_float_path_does(quantized, float_twin, sinks):
     """logit = semantic + positional + absorbed (no biases here), to float32 rounding, for the 4-bit model and its
@@ -106,13 +133,13 @@ def test_4bit_relevance_conserves_as_the_float_path_does(quantized, float_twin, 
     ids = random_ids(2, 9)
     residuals = []
     for model in (quantized, float_twin):
-        logit, sem, pos, absorbed, _ = ledger(model, ids, None, "attnlrp", sinks)
+        logit, sem, pos, absorbed, _ = ledger(model, ids.to(_device(model)), None, "attnlrp", sinks)
         assert bool(torch.isfinite(sem).all() & torch.isfinite(pos).all() & torch.isfinite(absorbed).all())
         assert absorbed.abs().min() > 1e-3 and (not sinks or pos.abs().min() > 1e-6)
         residual = logit - (sem + pos + absorbed)
         assert residual.abs().max() <= FLOAT32_RTOL * logit.abs().max(), float(residual.abs().max())
-        residuals.append(residual)
-    assert (residuals[0] - residuals[1]).abs().max() <= FLOAT32_RTOL * logit.abs().max()
+        residuals.append(residual.cpu())
+    assert (residuals[0] - residuals[1]).abs().max() <= FLOAT32_RTOL * logit.abs().max().cpu()
 
 
 def test_repacked_model_is_refused_with_a_clear_error(tmp_path):
