@@ -1,10 +1,14 @@
 """Pixel perturbation through the runner on a real tiny model and task (the embedded ViT on the synthetic shapes):
 per-sample values do not depend on sharding or batch sizes, the tie-break is a recorded, resume-guarded cell
-setting, and every vision row carries it (issue "Numbers that hold on any machine", items 2 and 6)."""
+setting, and every vision row carries it (issue "Numbers that hold on any machine", items 2 and 6).
+
+The runs use ``runner.devices=[auto]``: on a machine with a GPU they run there, as users do, and the bounds follow
+the device the run used (docs/evaluation.md, "Batch and shard invariance per device")."""
 import json
 
 import pandas as pd
 import pytest
+import torch
 
 from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.vision_perturbation import tie_break_seeds
@@ -14,6 +18,21 @@ from runner.harness import compose_cfg, per_sample_values, read_results
 
 METHOD = "attnlrp"
 VISION_CELL = ("model=tiny_vit", "task=synthetic_shapes", f"method={METHOD}", "task.options.n=6", "runner.quiet=true")
+#: relevance sums between batch sizes and shards, relative, by the device type the run used. CPU: float32 rounding
+#: of the batched explanation (measured 0.0 here). CUDA: cuDNN and cuBLAS choose kernels per batch shape, and under
+#: tf32=conv one batch size may run the patch-embedding convolution in TF32 and another in float32: two TF32
+#: roundings, 2 * 2**-11 ~ 1e-3 (measured 7.5e-5 on one H100 with tf32=conv; this test's protocol=corrected
+#: computes with tf32=off, which the bound covers)
+RELEVANCE_RTOL = {"cpu": 1e-5, "cuda": 1e-3}
+#: tied_pixel_share counts exact equalities of map values: a rounding difference moves a few pixels in or out of a
+#: group of ties (4.9e-4 of the pixels on one CPU), so it is held to 1% of the pixels on every device
+TIED_SHARE_ATOL = 0.01
+
+
+def _device_type(run_dir) -> str:
+    """The device type (``cpu`` / ``cuda``) the run's workers used, from its manifest."""
+    (device,) = set(json.loads((run_dir / "manifest.json").read_text())["devices"])
+    return torch.device(device).type
 
 
 def _run(run_dir, *overrides):
@@ -42,17 +61,24 @@ def one_shard(tmp_path_factory):
 
 
 def test_corrected_random_tie_break_is_shard_and_batch_invariant(one_shard, tmp_path):
-    _, one, one_seeds = one_shard
+    one_dir, one, one_seeds = one_shard
     three_seeds, three = _run(tmp_path, "protocol=corrected", "runner.n_shards=3", "runner.batch_size=2",
                               "runner.forward_batch_size=7")
     assert len(list((tmp_path / f"cells/tiny_vit/synthetic_shapes/{METHOD}").glob("shard-*.jsonl"))) == 3
+    device = _device_type(one_dir)
+    assert _device_type(tmp_path) == device
     a, b = per_sample_values(one), per_sample_values(three)
     assert one.sample_id.nunique() == 6 and set(a.index.get_level_values("metric")) >= {
         "agreement", "accuracy", "tied_pixel_share", "relevance_positional"}
-    curves = a.index.get_level_values("metric").isin(["agreement", "accuracy"])
-    pd.testing.assert_series_equal(a[curves], b[curves], check_exact=True)  # the 0/1 curves: exactly
-    # relevance sums and tie shares: to float32 rounding of the batched explanation
-    pd.testing.assert_series_equal(a[~curves], b[~curves], rtol=1e-5, atol=1e-6)
+    metric = a.index.get_level_values("metric")
+    curves, ties = metric.isin(["agreement", "accuracy"]), metric == "tied_pixel_share"
+    # the 0/1 curves: exactly, on every device (a curve flips only where two logits of a perturbed image are
+    # within rounding of each other; none of these images has such a near tie)
+    pd.testing.assert_series_equal(a[curves], b[curves], check_exact=True, obj=f"0/1 curves on {device}")
+    relevance = ~curves & ~ties
+    pd.testing.assert_series_equal(a[relevance], b[relevance], rtol=RELEVANCE_RTOL[device],
+                                   atol=RELEVANCE_RTOL[device] / 10, obj=f"relevance sums on {device}")
+    pd.testing.assert_series_equal(a[ties], b[ties], rtol=0, atol=TIED_SHARE_ATOL, obj=f"tied shares on {device}")
     # each image's tie order is seeded by (run seed, its sample id) in both runs, whatever its batch or shard
     # (2 maps x 2 directions per image); the 0/1 curves alone see the tie order on few of these images
     expected = sorted(tie_break_seeds(0, sorted(one.sample_id.unique())) * 4)
