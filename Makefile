@@ -18,14 +18,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[quant,slurm,dev]"
 	touch $(STAMP)
 
-# The numerics-sensitive tests run a second time with PyTorch's AVX2 kernels, so a tolerance that holds only with
-# this machine's AVX-512 kernels fails here instead of on a user's CPU (tolerances come from float32/float64
-# rounding; nothing is compared bitwise against values saved on one machine).
+# The numerics-sensitive tests run again with PyTorch's AVX2 kernels and with its baseline (no SIMD) kernels, so a
+# tolerance that holds only with this machine's kernels fails here instead of on a user's CPU (tolerances come from
+# float32/float64 rounding; nothing is compared bitwise against values saved on one machine).
 NUMERIC_TESTS := tests/lrp tests/methods tests/models tests/evaluation tests/metrics tests/attributors
 
 test: setup
 	$(PY) -m pytest -q tests
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)
 
 demo: setup
 	$(VENV)/bin/palrp-bench

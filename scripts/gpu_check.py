@@ -8,7 +8,8 @@ a rehearsal of every target and the attribution bench, then one summary table.
 Steps, in this order (``--skip`` leaves any of them out):
 
 * ``suite``: the test suite as ``make test`` runs it: ``pytest -q tests``, then the numerics directories (the
-  Makefile's ``NUMERIC_TESTS``) again under ``ATEN_CPU_CAPABILITY=avx2`` (x86 only); one row each, counted from
+  Makefile's ``NUMERIC_TESTS``) again under ``ATEN_CPU_CAPABILITY=avx2`` and ``=default`` (x86 only); one row
+  each, counted from
   pytest's JUnit XML.
 * ``calibrate``: ``palrp-bench mode=calibrate`` once per model of the chosen targets (docs/planning.md
   "Calibration"), on the rehearsal's checkpoints and data; one row each, read from the ``cost.json`` it writes.
@@ -200,7 +201,7 @@ def _run(command: list[str], log: Path, env: dict, cwd: Path = REPO) -> tuple[in
 
 
 def numeric_tests(makefile: Path = REPO / "Makefile") -> list[str]:
-    """The Makefile's ``NUMERIC_TESTS`` (the directories ``make test`` runs again on AVX2 kernels)."""
+    """The Makefile's ``NUMERIC_TESTS`` (the directories ``make test`` runs again on other CPU kernels)."""
     match = re.search(r"^NUMERIC_TESTS\s*:?=\s*(.+)$", makefile.read_text(), flags=re.MULTILINE)
     if match is None:
         raise RuntimeError(f"no NUMERIC_TESTS line in {makefile}")
@@ -238,15 +239,21 @@ def pytest_row(check: Check, name: str, label: str, paths: list[str], extra_env:
     return Row("suite", label, OK if code == 0 else FAILED, wall_s=wall, note=note, log=str(log))
 
 
+#: the CPU kernel sets ``make test`` runs the numerics directories again with: (name, label, ATEN_CPU_CAPABILITY)
+KERNEL_RUNS = (("numerics_avx2", "numerics, AVX2 kernels", "avx2"),
+               ("numerics_default", "numerics, baseline kernels", "default"))
+
+
 def suite_step(check: Check) -> Iterable[Row]:
-    """The suite, then its numerics directories on AVX2 kernels (``make test``); ``--tests`` replaces both."""
+    """The suite, then its numerics directories on AVX2 and on the baseline kernels (``make test``); ``--tests``
+    replaces the paths of every run."""
     chosen = check.args.tests
     yield pytest_row(check, "tests", "tests", chosen or ["tests"])
-    label = "numerics, AVX2 kernels"
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        yield Row("suite", label, SKIPPED, note=f"not an x86 CPU ({platform.machine()})")
-        return
-    yield pytest_row(check, "numerics_avx2", label, chosen or numeric_tests(), {"ATEN_CPU_CAPABILITY": "avx2"})
+    for name, label, capability in KERNEL_RUNS:
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            yield Row("suite", label, SKIPPED, note=f"not an x86 CPU ({platform.machine()})")
+            continue
+        yield pytest_row(check, name, label, chosen or numeric_tests(), {"ATEN_CPU_CAPABILITY": capability})
 
 
 def _per_model(targets: list[rehearse.Target]) -> list[rehearse.Target]:

@@ -144,15 +144,17 @@ def test_the_suite_runs_as_make_test_does(monkeypatch, tmp_path):
                         calls.append((name, paths, extra_env)) or Row("suite", label, OK))
     check = argparse.Namespace(args=argparse.Namespace(tests=None))
     monkeypatch.setattr(gpu_check.platform, "machine", lambda: "x86_64")
-    assert [r.status for r in gpu_check.suite_step(check)] == [OK, OK]
+    assert [r.status for r in gpu_check.suite_step(check)] == [OK, OK, OK]
     assert calls == [("tests", ["tests"], None),
-                     ("numerics_avx2", gpu_check.numeric_tests(), {"ATEN_CPU_CAPABILITY": "avx2"})]
+                     ("numerics_avx2", gpu_check.numeric_tests(), {"ATEN_CPU_CAPABILITY": "avx2"}),
+                     ("numerics_default", gpu_check.numeric_tests(), {"ATEN_CPU_CAPABILITY": "default"})]
     makefile = (REPO / "Makefile").read_text()
-    assert "ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)" in makefile
+    for capability in ("avx2", "default"):
+        assert f"ATEN_CPU_CAPABILITY={capability} $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)" in makefile
     assert gpu_check.numeric_tests() and all((REPO / p).is_dir() for p in gpu_check.numeric_tests())
     monkeypatch.setattr(gpu_check.platform, "machine", lambda: "aarch64")
     rows = list(gpu_check.suite_step(check))
-    assert [r.status for r in rows] == [OK, SKIPPED] and "aarch64" in rows[1].note
+    assert [r.status for r in rows] == [OK, SKIPPED, SKIPPED] and "aarch64" in rows[1].note
 
 
 def test_the_make_target_calls_the_script():
