@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Iterator
 
-from .errors import BadInputError
-from .protocol import check_protocol
+from .protocol import resolve_switch
 
 __all__ = ["TF32_CHOICES", "PROTOCOL_TF32", "resolve_tf32", "tf32_mode", "tf32_state", "device_kind"]
 
@@ -36,14 +35,8 @@ _PRECISIONS = MappingProxyType({"conv": ("tf32", "ieee"), "off": ("ieee", "ieee"
 
 def resolve_tf32(choice: str | None, protocol="official") -> str:
     """``choice`` when given (``conv`` | ``off``), else the default of ``protocol``; a bad value is a one-line
-    :class:`BadInputError`."""
-    protocol = check_protocol(protocol)
-    if choice is None:
-        return PROTOCOL_TF32[protocol]
-    if choice not in TF32_CHOICES:
-        raise BadInputError(f"unknown tf32 {choice!r}",
-                            f"use one of: {', '.join(TF32_CHOICES)} (or leave it unset for the protocol's default)")
-    return choice
+    :class:`~palrp_bench.errors.BadInputError` (:func:`palrp_bench.protocol.resolve_switch`)."""
+    return resolve_switch("tf32", choice, TF32_CHOICES, PROTOCOL_TF32, protocol)
 
 
 def _legacy_flags(torch) -> tuple[bool, bool] | None:

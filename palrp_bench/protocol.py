@@ -9,10 +9,11 @@ numbers they yield *table metrics* (``auac``, ``miou``, ...).
 from __future__ import annotations
 
 from enum import Enum
+from typing import Mapping, Sequence
 
 from .errors import BadInputError
 
-__all__ = ["Protocol", "PROTOCOLS", "check_protocol"]
+__all__ = ["Protocol", "PROTOCOLS", "check_protocol", "resolve_switch"]
 
 
 class Protocol(Enum):
@@ -32,3 +33,17 @@ def check_protocol(protocol) -> str:
     if name not in PROTOCOLS:
         raise BadInputError(f"unknown protocol {protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
     return name
+
+
+def resolve_switch(name: str, choice: str | None, choices: Sequence[str], defaults: Mapping[str, str],
+                   protocol) -> str:
+    """The value of the named switch ``name`` (``tie_break``, ``tf32``, ...): ``choice`` when given (one of
+    ``choices``), else the default of ``protocol`` in ``defaults``; a bad value is a one-line
+    :class:`BadInputError`."""
+    protocol = check_protocol(protocol)
+    if choice is None:
+        return defaults[protocol]
+    if choice not in choices:
+        raise BadInputError(f"unknown {name} {choice!r}",
+                            f"use one of: {', '.join(choices)} (or leave it unset for the protocol's default)")
+    return choice

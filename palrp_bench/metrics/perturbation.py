@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from ..errors import BadInputError
-from ..protocol import check_protocol
+from ..protocol import resolve_switch
 from .auc import VISION_STEPS, area_under_mean_curve, as_curves
 from .maps import as_map_batch, minmax_per_image
 from .registry import MetricSource, MetricSpec, register_metric, sample_mean
@@ -70,13 +70,7 @@ def resolve_tie_break(tie_break: str | None, protocol="official") -> str:
     """The tie-break to use: ``tie_break`` when given (``topk`` | ``random``), else the default of ``protocol``
     (``official`` -> ``topk``, ``corrected`` -> ``random``). The one place the default is decided; a bad value
     is a one-line :class:`BadInputError`."""
-    protocol = check_protocol(protocol)
-    if tie_break is None:
-        return PROTOCOL_TIE_BREAK[protocol]
-    if tie_break not in TIE_BREAKS:
-        raise BadInputError(f"unknown tie_break {tie_break!r}",
-                            f"use one of: {', '.join(TIE_BREAKS)} (or leave it unset for the protocol's default)")
-    return tie_break
+    return resolve_switch("tie_break", tie_break, TIE_BREAKS, PROTOCOL_TIE_BREAK, protocol)
 
 
 def step_pixel_counts(num_pixels: int, fractions: tuple[float, ...] = VISION_FRACTIONS) -> list[int]:
