@@ -70,7 +70,7 @@ class _Invocation:
 
 
 def record_start(run_dir: Path, cfg: DictConfig) -> None:
-    """The run starts writing to ``run_dir`` (called by :func:`palrp_bench.runner.app.run`; nothing is written
+    """The run starts writing to ``run_dir`` (called by :func:`palrp_bench.app.run`; nothing is written
     there before, so a refused invocation leaves nothing behind): write this invocation's resolved config to
     ``<run_dir>/.hydra/<stamp>/`` (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``, as Hydra would; one folder
     per job of a sweep) and log to ``<run_dir>/logs/palrp-bench.log`` as well as to stderr."""
@@ -326,7 +326,7 @@ register_schemas()
 
 @hydra.main(version_base="1.3", config_path=str(catalog.CONFIG_DIR), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from .runner.app import run
+    from .app import run
 
     try:
         run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))

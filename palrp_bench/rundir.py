@@ -14,7 +14,7 @@ writes these files, the report reads them, and neither needs the other's code.
   logs/, invocations/, selection/, .hydra/<stamp>/ (each invocation's resolved config), multirun.yaml (a sweep)
 ```
 
-Nothing is written to a run directory before the run starts (palrp_bench/cli.py, palrp_bench/runner/app.py).
+Nothing is written to a run directory before the run starts (palrp_bench/cli.py, palrp_bench/app.py).
 """
 from __future__ import annotations
 

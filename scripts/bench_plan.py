@@ -28,12 +28,12 @@ sys.path.insert(0, str(REPO))
 
 
 def plan_of(overrides: list[str], run_dir: Path):
-    """The :class:`~palrp_bench.runner.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
+    """The :class:`~palrp_bench.planning.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
     from hydra import compose, initialize_config_dir
 
     from palrp_bench.catalog import CONFIG_DIR
-    from palrp_bench.runner.budget import plan_budget
-    from palrp_bench.runner.cost import load_constants
+    from palrp_bench.planning.budget import plan_budget
+    from palrp_bench.planning.cost import load_constants
     from palrp_bench.runner.devices import resolve_devices
     from palrp_bench.runner.plan import plan_cells, plan_jobs
     from palrp_bench.schema import register_schemas

@@ -283,7 +283,7 @@ def _calibration_of(cost_file: Path, model: str) -> tuple[dict | None, dict]:
 def calibrate_step(check: Check) -> Iterable[Row]:
     """``palrp-bench mode=calibrate`` per model of the chosen targets; the measurements go to
     ``calibrate/calibrate.json`` (each run replaces the measurements of its device kind in ``cost.json``)."""
-    from palrp_bench.runner.cost import user_cost_path
+    from palrp_bench.planning.cost import user_cost_path
 
     folder = check.folder("calibrate")
     collected = []

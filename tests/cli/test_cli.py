@@ -195,7 +195,7 @@ def test_an_unwritable_parent_is_named(tmp_path, monkeypatch):
 
 def test_a_run_dir_the_file_system_refuses_is_one_line(tmp_path, monkeypatch):
     """What the check cannot foresee (a read-only file system, a full disk): the creation error, in one line."""
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
     from runner.harness import compose_cfg
 
     target = tmp_path / "run"

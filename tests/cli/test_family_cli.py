@@ -14,7 +14,7 @@ import transformers
 from palrp_bench.data.synthetic_text import build_tiny_tokenizer
 from palrp_bench.data.synthetic_vision import SYNTHETIC_CLASSES
 from palrp_bench.rundir import NONFINITE_METRIC
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from runner.harness import compose_cfg, read_results, run_cli
 
 VOCAB = 128  # covers the embedded tokenizer's 108 words

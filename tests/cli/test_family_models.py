@@ -10,7 +10,7 @@ import pytest
 
 from palrp_bench import catalog
 from palrp_bench.data.synthetic_text import ASSET_DIR, VOCAB
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from models.tiny_families import make_model
 from runner.harness import compose_cfg, read_results, run_cli
 

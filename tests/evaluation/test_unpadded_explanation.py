@@ -85,7 +85,7 @@ def test_unpadded_explanation_equals_the_padded_run(tmp_path, classifier, monkey
 
 
 def test_the_runner_explains_batches_of_similar_real_length(tmp_path, monkeypatch):
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
 
     widths = []
     real_explain = palrp_bench.explain

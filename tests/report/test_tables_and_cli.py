@@ -175,7 +175,7 @@ def test_metrics_json_is_shaped_like_lm_eval_results(tmp_path):
 
 
 def test_report_cli_on_a_run_dir(tmp_path, capsys):
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
     from runner.harness import compose_cfg
 
     run(compose_cfg(tmp_path / "runs/one", "experiment=selftest", "task=selftest", "task.options.n=6",

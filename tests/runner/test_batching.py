@@ -10,7 +10,7 @@ import torch
 from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.tasks.selftest import SelftestAdapter
 from palrp_bench.runner import batching
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.batching import (CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, BatchSizer, check_batch_size,
                                          length_sorted)
 from runner.harness import compose_cfg, per_sample_values, read_results

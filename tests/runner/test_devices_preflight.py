@@ -1,5 +1,5 @@
 """Device resolution (one worker per device, CPU fallback); the pre-run check of what is missing is tested in
-tests/runner/test_preflight.py."""
+tests/planning/test_preflight.py."""
 import pytest
 
 from palrp_bench.errors import BadInputError

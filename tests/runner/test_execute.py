@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.batching import CPU_AUTO_BATCH_SIZE
 from palrp_bench.runner.selection import SELECTION_CHUNK, _apply_rule
 from palrp_bench.schema import Selection

@@ -8,7 +8,7 @@ import time
 
 import pandas as pd
 
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.store import read_records
 from runner.harness import cli_command, cli_env, compose_cfg, per_sample_values, read_results, run_cli
 

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.errors import MissingDataError
 from palrp_bench.metrics.nlp import au_mse, auac
 from palrp_bench.rundir import METRICS_CSV_COLUMNS, RESULT_COLUMNS

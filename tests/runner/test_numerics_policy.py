@@ -8,7 +8,7 @@ import pytest
 from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.tasks.selftest import SelftestAdapter
 from palrp_bench.numerics import tf32_state
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.plan import plan_cells
 from runner.harness import compose_cfg
 

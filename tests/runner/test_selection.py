@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from palrp_bench.evaluation.tasks.selftest import SelftestAdapter, SelftestSample, selftest_correct
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.plan import Cell
 from palrp_bench.runner.selection import SELECTION_CHUNK, _CacheEntry, select_samples
 from palrp_bench.schema import ModelConfig, Selection, TaskConfig

@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from runner.harness import compose_cfg, per_sample_values, read_results, run_cli
 
 SLURM_EXTRA = 'the slurm extra is not installed (pip install -e ".[slurm]")'

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from runner.harness import compose_cfg, per_sample_values, read_results
 
 

@@ -12,7 +12,7 @@ import torch
 
 from palrp_bench.errors import BadInputError
 from palrp_bench.evaluation.vision_perturbation import tie_break_seeds
-from palrp_bench.runner.app import run
+from palrp_bench.app import run
 from palrp_bench.runner.plan import plan_cells
 from runner.harness import compose_cfg, per_sample_values, read_results
 

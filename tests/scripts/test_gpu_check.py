@@ -166,7 +166,7 @@ def test_the_make_target_calls_the_script():
 
 
 def test_calibration_is_read_from_the_cost_file_calibrate_writes(tmp_path):
-    from palrp_bench.runner.calibrate import Measurement, write_calibration
+    from palrp_bench.planning.calibrate import Measurement, write_calibration
 
     def measurement(model, per_sample):
         return Measurement(model, "imagenet", "pa_lrp", "vit/float32/none", 5_000_000, 0.5, 0.5, 1.0, per_sample,

@@ -9,7 +9,7 @@ Every module of this package is imported when the registry is first used, so a n
 An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
 
 * ``model_kinds``: the model kinds it evaluates (``classifier``, ``causal``, ``vit``, ``none``; the preflight
-  refuses a cell pairing it with another kind before any model loads, :mod:`palrp_bench.runner.preflight`);
+  refuses a cell pairing it with another kind before any model loads, :mod:`palrp_bench.planning.preflight`);
 * ``load_samples(task, bundle) -> list``: the candidate pool in dataset order (stable ``sample_id``s);
 * ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (tasks with a
   prediction-dependent selection, docs/protocol.md section 2);

@@ -36,8 +36,8 @@ from ..schema import MODEL_KIND_WORDS
 from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, WEIGHT_FILES, cached_hub_file, hub_access,
                    hub_cached, hub_endpoint, hub_model_cached, hub_offline, hub_reachable, hub_tokenizer_cached,
                    is_local_path)
-from .devices import DevicePlan
-from .plan import Cell
+from ..runner.devices import DevicePlan
+from ..runner.plan import Cell
 
 __all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
            "check_requirements", "HUB_DATASETS"]
@@ -71,7 +71,7 @@ class MissingRequirementsError(MissingDataError):
             super().__init__(f"cannot run {what}: {len(self.problems)} problems found before loading anything",
                              "fix each as shown, then run the same command again")
 
-    #: the plan's totals (:func:`palrp_bench.runner.budget.format_totals`), shown under a listing of several
+    #: the plan's totals (:func:`palrp_bench.planning.budget.format_totals`), shown under a listing of several
     #: problems (a single problem stays a one-line error)
     planned: list[str] = []
 

@@ -16,17 +16,17 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import BadInputError, MissingDataError, PalrpError
-from ..hub import go_offline
-from .devices import DevicePlan, resolve_devices
-from ..atomic_io import write_json_atomic
-from ..rundir import RESULTS_CSV, check_run_dir, make_run_dir
-from ..schema import Mode
-from .execute import JobReport, check_cell_record
-from .merge import MergeOutcome, merge_run
-from .plan import Cell, Job, plan_cells, plan_jobs
-from .preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
-from .workers import run_jobs
+from .atomic_io import write_json_atomic
+from .errors import BadInputError, MissingDataError, PalrpError
+from .hub import go_offline
+from .planning.preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
+from .rundir import RESULTS_CSV, check_run_dir, make_run_dir
+from .runner.devices import DevicePlan, resolve_devices
+from .runner.execute import JobReport, check_cell_record
+from .runner.merge import MergeOutcome, merge_run
+from .runner.plan import Cell, Job, plan_cells, plan_jobs
+from .runner.workers import run_jobs
+from .schema import Mode
 
 log = logging.getLogger("palrp_bench.runner")
 
@@ -44,9 +44,9 @@ class RunOutcome:
 def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan,
                   problems: list[Problem]) -> str:
     """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices``;
-    totals; every problem of the preflight (:mod:`palrp_bench.runner.budget`)."""
-    from .budget import format_plan, plan_budget
-    from .cost import load_constants
+    totals; every problem of the preflight (:mod:`palrp_bench.planning.budget`)."""
+    from .planning.budget import format_plan, plan_budget
+    from .planning.cost import load_constants
 
     budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, load_constants())
     return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
@@ -54,8 +54,8 @@ def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: 
 
 def _planned_totals(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan) -> list[str]:
     """The totals lines of the plan (device-hours per task and in all), or none if the cost model cannot price it."""
-    from .budget import format_totals, plan_budget
-    from .cost import load_constants
+    from .planning.budget import format_totals, plan_budget
+    from .planning.cost import load_constants
 
     try:
         return format_totals(plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner,
@@ -66,7 +66,7 @@ def _planned_totals(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices
 
 
 def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices: tuple[str, ...]) -> None:
-    from .manifest import environment
+    from .runner.manifest import environment
 
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**9:09d}"
     record = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pid": os.getpid(), "devices": list(devices),
@@ -92,7 +92,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
     run_dir = Path(cfg.run_dir)
     if mode == Mode.report:
-        from ..report.build import build_report
+        from .report.build import build_report
 
         if on_start is not None and ((run_dir / "cells").is_dir() or (run_dir / RESULTS_CSV).exists()):
             on_start(run_dir)  # a run directory to report on
@@ -110,7 +110,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     except BadInputError as err:  # listed with every other problem; planning goes on as on the CPU
         devices, device_problem = DevicePlan(("cpu",), False), Problem(err.problem, err.fix or "")
     jobs = plan_jobs(cfg, cells, devices.n_workers)
-    from ..models.loading import OFFLINE_LOADERS
+    from .models.loading import OFFLINE_LOADERS
 
     if all(c.model.loader in OFFLINE_LOADERS for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -134,7 +134,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
         log.warning("the hub did not answer; running offline from the local cache")
         go_offline()
     if mode == Mode.calibrate:
-        from .calibrate import calibrate
+        from .planning.calibrate import calibrate
 
         calibrate(cells, devices.devices, cfg.runner, out=out)
         return RunOutcome(run_dir, cells, jobs, [], None, "")
@@ -159,7 +159,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
     import pandas as pd
 
-    from ..report.summary import summary_text
+    from .report.summary import summary_text
 
     summary = summary_text(pd.read_csv(merged.metrics_csv, dtype={"variant": str}), float(cfg.report.confidence))
     print(summary, file=out)

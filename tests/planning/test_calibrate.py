@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from palrp_bench.runner import calibrate as calibration
-from palrp_bench.runner.app import run
-from palrp_bench.runner.calibrate import Measurement, fit_profiles
-from palrp_bench.runner.cost import SHIPPED_CONSTANTS, CostConstants, device_kind, load_constants, user_cost_path
+from palrp_bench.planning import calibrate as calibration
+from palrp_bench.app import run
+from palrp_bench.planning.calibrate import Measurement, fit_profiles
+from palrp_bench.planning.cost import SHIPPED_CONSTANTS, CostConstants, device_kind, load_constants, user_cost_path
 from runner.harness import compose_cfg
 
 

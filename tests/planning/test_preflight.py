@@ -10,10 +10,10 @@ import pytest
 
 from palrp_bench import hub
 from palrp_bench.cli import check_overrides
-from palrp_bench.runner import preflight
+from palrp_bench.planning import preflight
 from palrp_bench.runner.devices import resolve_devices
 from palrp_bench.runner.plan import plan_cells
-from palrp_bench.runner.preflight import MissingRequirementsError, check_requirements, run_preflight
+from palrp_bench.planning.preflight import MissingRequirementsError, check_requirements, run_preflight
 from runner.harness import compose_cfg, fake_cuda_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data"
@@ -245,7 +245,7 @@ def test_go_offline_switches_the_loaded_hub_library_off(monkeypatch):
                                                    (1, "only 1 CUDA device(s) are visible"), (2, None)])
 def test_devices_problems_join_the_list(offline, monkeypatch, n_cuda, device_problem):
     """cuda:1 asked for on a machine with no, one or two GPUs (faked): the device problem joins the others."""
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
 
     fake_cuda_devices(monkeypatch, n_cuda)
     with pytest.raises(MissingRequirementsError) as err:
@@ -261,7 +261,7 @@ def test_devices_problems_join_the_list(offline, monkeypatch, n_cuda, device_pro
 
 def test_preflight_runs_before_any_model_loads(offline, monkeypatch):
     from palrp_bench.runner import bundles
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
 
     monkeypatch.setattr(bundles, "load_bundle", lambda *_: pytest.fail("a model loaded before the preflight"))
     shutil.copytree(FIXTURES / "fixtures_vision" / "imagefolder", offline / "imagenet")
@@ -294,7 +294,7 @@ def test_a_run_continues_offline_when_the_hub_does_not_answer(online, monkeypatc
     import os
 
     from palrp_bench.runner import execute
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
 
     _fake_cached(online / "hub", "timm/deit_tiny_patch16_224.fb_in1k", {"model.safetensors": ""})
     monkeypatch.setattr(preflight, "hub_reachable", lambda **_: False)
@@ -345,7 +345,7 @@ def test_a_model_of_another_kind_than_the_task_needs_is_refused_before_loading(o
     """A model kind the task kind's adapter does not evaluate (its ``model_kinds``) is one problem naming both
     kinds, found before any model loads; its fix (a model of the needed kind) removes it."""
     from palrp_bench.runner import bundles
-    from palrp_bench.runner.app import run
+    from palrp_bench.app import run
 
     monkeypatch.setattr(bundles, "load_bundle", lambda *_: pytest.fail("a model loaded before the preflight"))
     with pytest.raises(MissingRequirementsError) as err:

@@ -13,7 +13,7 @@ models), else for the overhead ``o`` (the embedded tiny models). Times are wall-
 ``PALRP_CALIBRATE_CLOCK=process`` (and ``OMP_WAIT_POLICY=PASSIVE``, so waiting threads burn no CPU): compute is
 then timed as the process's CPU time divided by torch's threads, and overhead as its CPU time, which estimates
 the time on an idle machine (how the shipped CPU constants were measured, docs/planning.md). ``r`` (explanation cost in forwards) stays the shipped one. Per
-profile the median over its models is written to the user's cache file (:func:`palrp_bench.runner.cost.
+profile the median over its models is written to the user's cache file (:func:`palrp_bench.planning.cost.
 user_cost_path`, ``~/.cache/palrp-bench/cost.json`` by default) under this device kind, next to the raw
 measurements; other device kinds and profiles in the file are kept. Later plans on this machine use them.
 """
@@ -34,7 +34,7 @@ from ..errors import BadInputError
 from ..numerics import tf32_mode
 from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, device_kind, estimate, load_constants,
                    profile_key, sample_work, work_units)
-from .plan import Cell
+from ..runner.plan import Cell
 
 __all__ = ["Measurement", "measure_cell", "fit_profiles", "write_calibration", "calibrate"]
 
@@ -101,7 +101,7 @@ def measure_cell(cell: Cell, device: str, n_samples: int, constants: CostConstan
                  ) -> Measurement:
     """Load the cell's model, evaluate ``n_samples`` samples (first = warm-up), return the timings."""
     from ..evaluation.tasks import task_adapter
-    from .bundles import load_bundle
+    from ..runner.bundles import load_bundle
 
     if n_samples < 2:
         raise BadInputError(f"calibration needs at least 2 samples per model, got {n_samples}",

@@ -1,6 +1,6 @@
 """What a plan costs (``mode=plan``; docs/planning.md): per cell the samples its selection rule yields, how many
 the run directory already stores, and the estimated time and peak memory on the chosen devices
-(:mod:`palrp_bench.runner.cost`); totals per paper task and for the experiment in device-hours; the table the
+(:mod:`palrp_bench.planning.cost`); totals per paper task and for the experiment in device-hours; the table the
 plan prints. Nothing here loads a model or writes a file.
 
 Sample counts (docs/protocol.md section 2 selection rules, :mod:`palrp_bench.runner.selection`):
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..schema import Selection
 from .cost import CostConstants, Estimate, estimate
-from .plan import Cell, Job
+from ..runner.plan import Cell, Job
 
 __all__ = ["SampleCount", "CellBudget", "PlanBudget", "pool_size", "sample_count", "stored_count",
            "plan_budget", "format_plan", "format_totals", "format_seconds", "format_bytes"]
@@ -71,8 +71,8 @@ def pool_size(task, constants: CostConstants) -> int | None:
 def cached_flags(cell: Cell, run_dir: Path) -> list[bool] | None:
     """The per-candidate flags of the cell's selection cache entry (user cache, else the run directory's), read
     only; None when there is none."""
-    from .selection import cache_file_name
-    from .user_cache import user_cache_dir
+    from ..runner.selection import cache_file_name
+    from ..runner.user_cache import user_cache_dir
 
     name = cache_file_name(cell)
     for folder in (user_cache_dir() / "selection", Path(run_dir) / "selection"):
@@ -85,7 +85,7 @@ def cached_flags(cell: Cell, run_dir: Path) -> list[bool] | None:
 
 def sample_count(cell: Cell, run_dir: Path, constants: CostConstants, max_samples: int | None) -> SampleCount:
     """The samples ``cell`` will evaluate (module docstring)."""
-    from .selection import _known
+    from ..runner.selection import _known
 
     task = cell.task
     pool = pool_size(task, constants)
@@ -125,7 +125,7 @@ def sample_count(cell: Cell, run_dir: Path, constants: CostConstants, max_sample
 
 def stored_count(cell: Cell, run_dir: Path) -> int:
     """Samples of ``cell`` whose every metric is stored in ``run_dir`` (what a resumed run skips)."""
-    from .store import stored_metrics
+    from ..runner.store import stored_metrics
 
     directory = cell.directory(Path(run_dir))
     if not directory.is_dir():
@@ -222,7 +222,7 @@ def _estimate(cell: Cell, n: int, device: str, runner, constants: CostConstants,
     """The cell's estimate at the batch size a job will use: ``runner.batch_size``, or for ``auto`` what
     :mod:`palrp_bench.runner.batching` ends up with (the CPU's fixed size; on a GPU the largest power of two from
     its starting size whose estimated peak fits the device)."""
-    from .batching import AUTO, CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, check_batch_size
+    from ..runner.batching import AUTO, CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, check_batch_size
 
     requested = check_batch_size(runner.batch_size)
     if requested != AUTO:
@@ -391,7 +391,7 @@ def format_totals(budget: PlanBudget) -> list[str]:
 
 
 def _wrap(line: str) -> str:
-    """Long prose lines wrapped at :data:`~palrp_bench.runner.preflight.WIDTH` (table rows are shorter)."""
+    """Long prose lines wrapped at :data:`~palrp_bench.planning.preflight.WIDTH` (table rows are shorter)."""
     import textwrap
 
     from .preflight import WIDTH

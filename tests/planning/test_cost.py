@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from palrp_bench import catalog
-from palrp_bench.runner import cost
-from palrp_bench.runner.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM, NLP_FORWARDS, VISION_FORWARDS, Architecture, CostConstants,
+from palrp_bench.planning import cost
+from palrp_bench.planning.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM, NLP_FORWARDS, VISION_FORWARDS, Architecture, CostConstants,
                                      Work, architecture_of, hf_architecture, estimate, load_constants,
                                      peak_memory, sample_work, user_cost_path, work_units)
 from palrp_bench.runner.plan import plan_cells

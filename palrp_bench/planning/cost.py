@@ -25,7 +25,7 @@ Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
 Constants: the shipped ``palrp_bench/assets/cost_defaults.yaml`` (CPU values measured, GPU kinds absent, i.e.
 *uncalibrated*: a plan shows no time for them rather than an invented one), overridden by ``cost.json`` in the
 user cache (``~/.cache/palrp-bench/``, or ``$XDG_CACHE_HOME`` / ``$PALRP_CACHE_DIR``) that ``mode=calibrate``
-writes (:mod:`palrp_bench.runner.calibrate`). Nothing is ever written into the installed package.
+writes (:mod:`palrp_bench.planning.calibrate`). Nothing is ever written into the installed package.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..hub import cached_hub_file, is_local_path
 from ..numerics import device_kind as accelerator_kind
-from .user_cache import user_cache_dir
+from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",

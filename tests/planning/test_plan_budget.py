@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from palrp_bench.runner.app import run
-from palrp_bench.runner.budget import format_plan, plan_budget, sample_count, stored_count
-from palrp_bench.runner.cost import CostConstants, estimate, load_constants
+from palrp_bench.app import run
+from palrp_bench.planning.budget import format_plan, plan_budget, sample_count, stored_count
+from palrp_bench.planning.cost import CostConstants, estimate, load_constants
 from palrp_bench.runner.devices import resolve_devices
 from palrp_bench.runner.plan import plan_cells, plan_jobs
 from palrp_bench.runner.selection import cache_file_name
