@@ -12,9 +12,9 @@ Steps, in this order (``--skip`` leaves any of them out):
   each, counted from
   pytest's JUnit XML.
 * ``calibrate``: ``palrp-bench mode=calibrate`` once per model of the chosen targets (docs/planning.md
-  "Calibration"), on the rehearsal's checkpoints and data; one row each, read from the ``cost.json`` it writes.
-  It runs before the rehearsal so that the plan's estimates beside the rehearsal's measurements use this
-  device's constants (a GPU has no shipped ones).
+  "Calibration"), on the rehearsal's checkpoints and data, at the rehearsal's ``--batch-size``; one row each,
+  read from the ``cost.json`` it writes. It runs before the rehearsal so that the plan's estimates beside the
+  rehearsal's measurements use this device's constants (a GPU has no shipped ones).
 * ``rehearse``: ``scripts/rehearse.py``'s pipeline of every chosen target through the CLI
   (:func:`rehearse.run_target`, ``--samples`` samples each), then the projected time of every paper table
   (:func:`rehearse.project`).
@@ -301,7 +301,8 @@ def calibrate_step(check: Check) -> Iterable[Row]:
             continue
         built = time.monotonic() - t0
         code, wall = _run([sys.executable, "-m", "palrp_bench.cli", "mode=calibrate", *overrides,
-                           f"runner.devices={rehearse.devices_override(check.args.device)}", "runner.quiet=true"],
+                           f"runner.devices={rehearse.devices_override(check.args.device)}",
+                           f"runner.batch_size={check.args.batch_size}", "runner.quiet=true"],
                           log, check.env, cwd=check.work)
         measurement, profiles = _calibration_of(user_cost_path(), target.model) if code == 0 else (None, {})
         if measurement is None:
@@ -312,7 +313,8 @@ def calibrate_step(check: Check) -> Iterable[Row]:
         fitted = profiles.get(measurement["profile"], {})
         s = fitted.get("seconds_per_unit")
         note = (f"{target.model} ({measurement['profile']}): load {_seconds(measurement['load_seconds'])}, "
-                f"{measurement['n_timed']} timed; plan = constants before; fitted s/unit "
+                f"{measurement['n_timed']} timed at batch {measurement.get('batch_size', '?')}; plan = constants "
+                f"before; fitted s/unit "
                 f"{'?' if s is None else f'{s:.3g}'}, overhead {fitted.get('overhead_s', 0):.3g} s")
         if measurement.get("estimated_peak"):
             note += f"; estimated peak {measurement['estimated_peak'] / GIB:.1f} GiB"

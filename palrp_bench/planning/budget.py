@@ -15,6 +15,8 @@ Sample counts (docs/protocol.md section 2 selection rules, :mod:`palrp_bench.run
 
 ``runner.max_samples`` caps every count (and, as in the runner, stops the selection once the capped list is
 known); stored samples (all the cell's metrics present) are not estimated again.
+
+Each cell is priced at the batch size its job will use (:func:`estimate_cell`).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from ..schema import Selection
 from .cost import CostConstants, Estimate, estimate
 from ..runner.plan import Cell, Job
 
-__all__ = ["SampleCount", "CellBudget", "PlanBudget", "pool_size", "sample_count", "stored_count",
+__all__ = ["SampleCount", "CellBudget", "PlanBudget", "estimate_cell", "pool_size", "sample_count", "stored_count",
            "plan_budget", "format_plan", "format_totals", "format_seconds", "format_bytes"]
 
 
@@ -217,21 +219,37 @@ def _run_constant(constants: CostConstants, kind: str, key: str) -> float:
     return 0.0
 
 
-def _estimate(cell: Cell, n: int, device: str, runner, constants: CostConstants, kind: str,
-              memory: float | None) -> Estimate:
-    """The cell's estimate at the batch size a job will use: ``runner.batch_size``, or for ``auto`` what
-    :mod:`palrp_bench.runner.batching` ends up with (the CPU's fixed size; on a GPU the largest power of two from
-    its starting size whose estimated peak fits the device)."""
-    from ..runner.batching import AUTO, CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, check_batch_size
+def _batch_candidates(cell: Cell, device: str, requested, virtual: bool) -> list[int]:
+    """The batch sizes a job of ``cell`` may end up with, in the order :class:`~palrp_bench.runner.batching.
+    BatchSizer` tries them: a fixed ``runner.batch_size``; for ``auto`` the size remembered for this model, task and
+    device, else the CPU's fixed size, else on a GPU the automatic start halved down to 1. On a device this machine
+    does not have (``virtual``) nothing is remembered and no device is queried."""
+    from ..runner.batching import AUTO, CPU_AUTO_BATCH_SIZE, CUDA_AUTO_START, BatchSizer
+
+    if requested != AUTO:
+        return [int(requested)]
+    cuda = device.startswith("cuda")
+    if virtual:
+        start, known = (CUDA_AUTO_START if cuda else CPU_AUTO_BATCH_SIZE), False
+    else:
+        sizer = BatchSizer(AUTO, device, cell)
+        start, known = sizer.size, sizer.remembered
+    if known or not cuda:
+        return [start]
+    sizes = [start]
+    while sizes[-1] > 1:
+        sizes.append(max(1, sizes[-1] // 2))
+    return sizes
+
+
+def estimate_cell(cell: Cell, n: int, device: str, runner, constants: CostConstants, kind: str,
+                  memory: float | None, virtual: bool = False) -> Estimate:
+    """The cell's estimate at the batch size a job will use (:func:`_batch_candidates`): the first candidate
+    whose estimated peak fits ``memory`` (the last when none does; a fixed or remembered size is taken as it is)."""
+    from ..runner.batching import check_batch_size
 
     requested = check_batch_size(runner.batch_size)
-    if requested != AUTO:
-        sizes = [int(requested)]
-    elif not device.startswith("cuda"):
-        sizes = [CPU_AUTO_BATCH_SIZE]
-    else:
-        sizes = [2 ** k for k in range(CUDA_AUTO_START.bit_length() - 1, -1, -1)]
-    for size in sizes:
+    for size in _batch_candidates(cell, device, requested, virtual):
         est = estimate(cell, n, device, batch_size=size, forward_batch_size=int(runner.forward_batch_size),
                        constants=constants, kind=kind)
         if memory is None or est.peak_bytes is None or est.peak_bytes <= memory:
@@ -261,7 +279,7 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
         count = sample_count(cell, run_dir, constants, runner.max_samples)
         stored = stored_count(cell, run_dir)
         remaining = 0 if count.expected is None else max(count.expected - stored, 0)
-        est = _estimate(cell, remaining, device, runner, constants, kind, memory)
+        est = estimate_cell(cell, remaining, device, runner, constants, kind, memory)
         if count.expected is None:
             est.seconds = None
             est.note = est.note or f"size of the {cell.task.dataset} pool unknown (set task.pool_size)"
@@ -330,13 +348,14 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
                  f"({budget.n_workers} worker{'s' if budget.n_workers != 1 else ''}); device kind "
                  f"{budget.device_kind}")
     lines.append(f"cost constants: {budget.origin or 'none'}")
-    header = ("model", "task", "method", "samples", "stored", "time", "peak mem")
+    header = ("model", "task", "method", "samples", "stored", "batch", "time", "peak mem")
     rows = [(c.cell.model.name, c.cell.task.name, c.cell.method, c.count.label, str(c.stored),
+             str(c.estimate.batch_size),
              format_seconds(c.seconds) if c.seconds is not None
              else ("uncal." if c.estimate.note.startswith("uncalibrated") else "?"),
              format_bytes(c.estimate.peak_bytes)) for c in budget.cells]
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    align = ["<", "<", "<", ">", ">", ">", ">"]
+    align = ["<", "<", "<", ">", ">", ">", ">", ">"]
 
     def line(values) -> str:
         return "  ".join(f"{str(v):{a}{w}}" for v, a, w in zip(values, align, widths)).rstrip()

@@ -12,9 +12,14 @@ Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
   backward) ``r`` is measured per family and quantization; other methods cost ``F + B (r - 1)`` for their ``F``
   forwards and ``B`` backwards per sample (:func:`explanation_forwards`); ``F`` plain forwards over ``T_f``
   tokens (:func:`sample_work`, counted from the procedures).
-* seconds per sample ``= o * max(E, 1) + s * units`` with ``s`` seconds per unit and ``o`` a fixed overhead per
-  explanation (Python, hooks, data, small kernels; it dominates for the embedded tiny models), per *profile*
-  (family, dtype, quantization) and device kind.
+* ``n`` samples in batches of ``b`` (the batch size the job will use)::
+
+      seconds = n * (o * max(E, 1) + s * units)  +  ceil(n / b) * a        per sample: o * max(E, 1) + s * units + a / b
+
+  with ``s`` seconds per unit, ``o`` a fixed overhead per explanation (Python, hooks, data, per-sample work; it
+  dominates for the embedded tiny models) and ``a`` a fixed overhead per *batch* (kernel launches and Python of
+  one batched explanation and its perturbation chunks: what makes a GPU slow at batch 1), per *profile* (family,
+  dtype, quantization) and device kind. ``a`` is 0 for the CPU (batching gains little there).
 * a run adds its start-up (imports) and merge: ``run_overhead_s + merge_s_per_cell * cells`` per device kind.
 * model load ``= load_s_per_gparam * params / 10^9``; selection (``first N correct``) costs one forward over
   ``T_f`` tokens per candidate.
@@ -42,8 +47,8 @@ from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
-           "work_units", "typical_tokens", "peak_memory", "estimate", "profile_key", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
-           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
+           "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key", "NLP_FORWARDS",
+           "NEXT_TOKEN_FORWARDS", "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -333,12 +338,16 @@ def forward_units(arch: Architecture, tokens: float) -> float:
 @dataclass(frozen=True)
 class Profile:
     """Speed constants of one profile on one device kind (module docstring): ``seconds_per_unit`` (None =
-    uncalibrated), ``overhead_s`` per explanation, ``load_s_per_gparam``; ``origin`` says where they come from."""
+    uncalibrated), ``overhead_s`` per explanation, ``batch_overhead_s`` per batch, ``load_s_per_gparam``;
+    ``batch_size``: the batch size they were measured at (``auto`` for the shipped GPU constants, None when not
+    recorded); ``origin`` says where they come from."""
 
     seconds_per_unit: float | None
     overhead_s: float
     load_s_per_gparam: float
     origin: str
+    batch_overhead_s: float = 0.0
+    batch_size: int | str | None = None
 
 
 @dataclass
@@ -368,7 +377,8 @@ class CostConstants:
             if candidate != kind:
                 origin = f"shipped CPU default ({entry.get('measured_on', 'another CPU')})"
             return Profile(values.get("seconds_per_unit"), float(values.get("overhead_s", 0.0)),
-                           float(values.get("load_s_per_gparam", 0.0)), origin)
+                           float(values.get("load_s_per_gparam", 0.0)), origin,
+                           float(values.get("batch_overhead_s", 0.0)), values.get("batch_size"))
         return None
 
     def explain_forwards(self, arch: Architecture, quantization: str) -> float:
@@ -486,9 +496,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
 # ---------------------------------------------------------------------------------------------- estimate
 @dataclass
 class Estimate:
-    """What one cell costs on a device. ``seconds`` (``n_samples`` samples, without model load and selection),
-    ``per_sample``, ``load_seconds``, ``select_per_candidate`` are None when uncalibrated or unknown (``note``
-    says why); ``peak_bytes`` is None only when the architecture is unknown."""
+    """What one cell costs on a device. ``seconds`` (``n_samples`` samples in batches of ``batch_size``, without
+    model load and selection), ``per_sample``, ``load_seconds``, ``select_per_candidate`` are None when
+    uncalibrated or unknown (``note`` says why); ``peak_bytes`` is None only when the architecture is unknown."""
 
     n_samples: int
     seconds: float | None
@@ -502,6 +512,16 @@ class Estimate:
     note: str = ""
     work: Work | None = None
     units_per_sample: float | None = None
+    batch_size: int = 1
+
+
+def batch_seconds(profile: Profile, explanations: int, units: float, n_samples: int, batch_size: int) -> float:
+    """Seconds of ``n_samples`` samples of ``units`` each in batches of ``batch_size`` (module docstring)::
+
+        n * (o * max(E, 1) + s * units) + ceil(n / b) * a"""
+    batches = math.ceil(n_samples / max(int(batch_size), 1))
+    return (n_samples * (profile.overhead_s * max(explanations, 1) + profile.seconds_per_unit * units)
+            + batches * profile.batch_overhead_s)
 
 
 def _as_cell(cell_or_model, task=None, metrics=None, method: str = "pa_lrp"):
@@ -517,7 +537,8 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
              constants: CostConstants | None = None, kind: str | None = None) -> Estimate:
     """Time and peak memory of ``n_samples`` samples of a cell (a :class:`~palrp_bench.runner.plan.Cell`, or a
     model config with ``task=`` and optional ``metrics=`` / ``method=``) on ``device`` (``cpu``, ``cuda:0``;
-    ``kind`` overrides the detected device kind). See the module docstring for the formulas."""
+    ``kind`` overrides the detected device kind) in batches of ``batch_size`` (time: one batch overhead per batch;
+    memory: a full batch). See the module docstring for the formulas."""
     constants = constants or load_constants()
     cell = _as_cell(cell_or_model, task, metrics, method)
     kind = kind or device_kind(device)
@@ -530,7 +551,7 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
     peak = (peak_memory(cell.model, arch, work, constants, device, min(batch_size, max(n_samples, 1)),
                         forward_batch_size) if work is not None else None)
     profile = constants.profile(kind, key)
-    base = Estimate(n_samples, None, None, None, None, peak, kind, key, work=work)
+    base = Estimate(n_samples, None, None, None, None, peak, kind, key, work=work, batch_size=int(batch_size))
     if work is None:
         base.note = f"tokens per sample of task {cell.task.name} unknown (dataset {cell.task.dataset})"
         return base
@@ -542,10 +563,13 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
     units = work_units(arch, work)
     if profile is None or profile.seconds_per_unit is None:
         base.units_per_sample = units
-        base.note = f"uncalibrated: no constants for {key} on {kind} (run mode=calibrate on this machine)"
+        base.note = f"uncalibrated: no constants for {key} on {kind} (run mode=calibrate on that device)"
         return base
-    per_sample = profile.overhead_s * max(work.explanations, 1) + profile.seconds_per_unit * units
-    return replace(base, seconds=n_samples * per_sample, per_sample=per_sample,
+    seconds = batch_seconds(profile, work.explanations, units, n_samples, batch_size)
+    # per sample: the run's mean (its last batch may be partial); with no samples, that of a full batch
+    per_sample = (seconds / n_samples if n_samples
+                  else batch_seconds(profile, work.explanations, units, batch_size, batch_size) / batch_size)
+    return replace(base, seconds=seconds, per_sample=per_sample,
                    load_seconds=profile.load_s_per_gparam * arch.params / GIGA,
                    select_per_candidate=profile.seconds_per_unit * forward_units(arch, work.forward_tokens),
                    origin=profile.origin, units_per_sample=units)

@@ -84,6 +84,8 @@ class BatchSizer:
         self.device = str(device)
         self.key: str | None = None
         self.cache_file: Path | None = None
+        #: whether :attr:`size` is a size that worked before for this model, task and device
+        self.remembered = False
         if not self.auto:
             self.size = int(requested)
             return
@@ -94,7 +96,7 @@ class BatchSizer:
             self.cache_file = user_cache_dir() / "batch_size" / f"{self.key}.json"
             remembered = _REMEMBERED.get(self.key) or self._read_cached()
             if remembered:
-                self.size = remembered
+                self.size, self.remembered = remembered, True
         self._recorded = False
 
     def _read_cached(self) -> int | None:

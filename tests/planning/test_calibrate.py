@@ -37,7 +37,10 @@ def test_calibrate_writes_the_user_cache_only_and_plans_use_it(tmp_path, monkeyp
     entry = data["devices"][device_kind("cpu")]
     assert set(entry["profiles"]) == {"decoder/float32/none"}
     (measurement,) = entry["measurements"]
-    assert measurement["model"] == "tiny_llama_cls" and measurement["n_timed"] == 2 and measurement["per_sample"] > 0
+    assert measurement["model"] == "tiny_llama_cls" and measurement["per_sample"] > 0
+    # the run's batch size (runner.batch_size=8): a warm-up, one sample alone, one full batch
+    assert (measurement["batch_size"], measurement["n_timed"], measurement["n_batches"]) == (8, 8, 1)
+    assert measurement["alone_seconds"] > 0 and entry["profiles"]["decoder/float32/none"]["batch_size"] == 8
     assert "tiny_llama_cls" in printed.getvalue() and str(path) in printed.getvalue()
     profile = load_constants().profile(device_kind("cpu"), "decoder/float32/none")
     assert profile.origin.startswith("calibrated") and str(path) in profile.origin
