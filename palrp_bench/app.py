@@ -42,13 +42,15 @@ class RunOutcome:
 
 
 def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan,
-                  problems: list[Problem]) -> str:
-    """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices``;
-    totals; every problem of the preflight (:mod:`palrp_bench.planning.budget`)."""
+                  problems: list[Problem], constants=None, priced_on=None) -> str:
+    """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices`` (or on
+    ``priced_on``, the resolved ``runner.plan_device``); totals; every problem of the preflight
+    (:mod:`palrp_bench.planning.budget`)."""
     from .planning.budget import format_plan, plan_budget
     from .planning.cost import load_constants
 
-    budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, load_constants())
+    budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, constants or load_constants(),
+                         priced_on)
     return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
 
 
@@ -109,7 +111,14 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
         devices, device_problem = resolve_devices(list(cfg.runner.devices)), None
     except BadInputError as err:  # listed with every other problem; planning goes on as on the CPU
         devices, device_problem = DevicePlan(("cpu",), False), Problem(err.problem, err.fix or "")
-    jobs = plan_jobs(cfg, cells, devices.n_workers)
+    constants = priced_on = None
+    if mode == Mode.plan:  # runner.plan_device: priced on that device kind; unknown: one line, nothing else
+        from .planning.budget import plan_device
+        from .planning.cost import load_constants
+
+        constants = load_constants()
+        priced_on = plan_device(cfg.runner, constants)
+    jobs = plan_jobs(cfg, cells, priced_on.n_workers if priced_on is not None else devices.n_workers)
     from .models.loading import OFFLINE_LOADERS
 
     if all(c.model.loader in OFFLINE_LOADERS for c in cells):
@@ -117,7 +126,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
     if mode == Mode.plan:
         found = run_preflight(cells, devices, selected, device_problem)
-        print(describe_plan(cfg, cells, jobs, devices, found.problems), file=out)
+        print(describe_plan(cfg, cells, jobs, devices, found.problems, constants, priced_on), file=out)
         if found.problems:
             raise MissingDataError(f"plan incomplete: {len(found.problems)} problem(s) listed above",
                                    "fix them, then run again")

@@ -199,6 +199,10 @@ class RunnerConfig:
     batch_size: Any = 8
     #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
+    #: ``mode=plan`` only: price the run on this device kind from a machine without it: a short name (``h100``)
+    #: or a device kind with shipped or calibrated constants (``cuda/NVIDIA H100 80GB HBM3``); one worker per GPU
+    #: index in ``devices``, else one (docs/planning.md "Pricing a device this machine does not have")
+    plan_device: Optional[str] = None
     #: cap on the samples of each cell (first N of the selected samples in dataset order); None = all
     max_samples: Optional[int] = None
     #: no progress bars (clusters); a log line every ``log_every`` samples instead

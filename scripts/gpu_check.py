@@ -14,7 +14,7 @@ Steps, in this order (``--skip`` leaves any of them out):
 * ``calibrate``: ``palrp-bench mode=calibrate`` once per model of the chosen targets (docs/planning.md
   "Calibration"), on the rehearsal's checkpoints and data, at the rehearsal's ``--batch-size``; one row each,
   read from the ``cost.json`` it writes. It runs before the rehearsal so that the plan's estimates beside the
-  rehearsal's measurements use this device's constants (a GPU has no shipped ones).
+  rehearsal's measurements use this device's constants (only the H100 has shipped ones).
 * ``rehearse``: ``scripts/rehearse.py``'s pipeline of every chosen target through the CLI
   (:func:`rehearse.run_target`, ``--samples`` samples each), then the projected time of every paper table
   (:func:`rehearse.project`).

@@ -16,21 +16,25 @@ Sample counts (docs/protocol.md section 2 selection rules, :mod:`palrp_bench.run
 ``runner.max_samples`` caps every count (and, as in the runner, stops the selection once the capped list is
 known); stored samples (all the cell's metrics present) are not estimated again.
 
-Each cell is priced at the batch size its job will use (:func:`estimate_cell`).
+Each cell is priced at the batch size its job will use (:func:`estimate_cell`), and on the devices of
+``runner.devices``, or with ``runner.plan_device=<kind>`` on that device kind from a machine without it
+(:func:`plan_device`; docs/planning.md "Pricing a device this machine does not have").
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..schema import Selection
-from .cost import CostConstants, Estimate, estimate
+from .cost import CostConstants, Estimate, estimate, resolve_device_kind
 from ..runner.plan import Cell, Job
 
-__all__ = ["SampleCount", "CellBudget", "PlanBudget", "estimate_cell", "pool_size", "sample_count", "stored_count",
-           "plan_budget", "format_plan", "format_totals", "format_seconds", "format_bytes"]
+__all__ = ["SampleCount", "CellBudget", "PlanBudget", "PlanDevice", "plan_device", "estimate_cell", "pool_size",
+           "sample_count", "stored_count", "plan_budget", "format_plan", "format_totals", "format_seconds",
+           "format_bytes"]
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,48 @@ class CellBudget:
         return self.estimate.seconds + self.selection_seconds
 
 
+@dataclass(frozen=True)
+class PlanDevice:
+    """A device kind a plan is priced on from a machine without it (``runner.plan_device``): the kind, the name
+    the plan prints, its memory (None: not known) and how many such devices run the jobs, one worker each."""
+
+    kind: str
+    name: str
+    memory_bytes: float | None
+    n_workers: int = 1
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Stand-in device strings, one per worker (nothing is ever placed on them)."""
+        if self.kind.startswith("cuda"):
+            return tuple(f"cuda:{k}" for k in range(self.n_workers))
+        return ("cpu",) * self.n_workers
+
+
+_GPU_INDEX = re.compile(r"^(?:cuda:)?\d+$")
+
+
+def plan_device(runner, constants: CostConstants) -> PlanDevice | None:
+    """``runner.plan_device`` resolved (None when unset): its kind (:func:`~palrp_bench.planning.cost.
+    resolve_device_kind`: a short name or a device kind with constants, else one line listing those), its memory
+    from the constants, and one worker per GPU index in ``runner.devices`` (``[0,1,2,3]``: four), else one
+    (``[auto]`` cannot know how many the other machine has). Touches no device."""
+    value = getattr(runner, "plan_device", None)
+    if value is None or not str(value).strip():
+        return None
+    kind = resolve_device_kind(str(value), constants)
+    entry = constants.device_entry(kind)
+    indices = [d for d in (getattr(runner, "devices", None) or []) if _GPU_INDEX.match(str(d).strip().lower())]
+    memory = entry.get("memory_bytes")
+    return PlanDevice(kind, str(entry.get("short_name") or kind), None if memory is None else float(memory),
+                      max(1, len(indices)))
+
+
 @dataclass
 class PlanBudget:
     """Every cell's budget plus what the whole invocation adds: model loads (once per model and worker) and the
-    fixed start-up and merge of a run."""
+    fixed start-up and merge of a run. ``plan_device``: the device kind it was priced on from a machine without
+    it (None: this machine's ``devices``)."""
 
     cells: list[CellBudget]
     devices: tuple[str, ...]
@@ -173,6 +215,7 @@ class PlanBudget:
     merge_seconds: float
     memory_bytes: float | None
     assumed_accuracy: float = 0.9
+    plan_device: PlanDevice | None = None
 
     @property
     def n_workers(self) -> int:
@@ -258,13 +301,16 @@ def estimate_cell(cell: Cell, n: int, device: str, runner, constants: CostConsta
 
 
 def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tuple[str, ...], runner,
-                constants: CostConstants) -> PlanBudget:
-    """The budget of ``cells`` (and their ``jobs``) on ``devices`` with the ``runner`` settings."""
+                constants: CostConstants, priced_on: PlanDevice | None = None) -> PlanBudget:
+    """The budget of ``cells`` (and their ``jobs``) on ``devices`` with the ``runner`` settings, or on
+    ``priced_on`` (its kind, memory and workers, without touching this machine's devices)."""
     from .cost import device_kind
 
+    if priced_on is not None:
+        devices, kind, memory = priced_on.devices, priced_on.kind, priced_on.memory_bytes
+    else:
+        kind, memory = device_kind(devices[0] if devices else "cpu"), _machine_memory(devices)
     device = devices[0] if devices else "cpu"
-    kind = device_kind(device)
-    memory = _machine_memory(devices)
     jobs_per_cell: dict[str, int] = {}
     for job in jobs:
         jobs_per_cell[job.cell.key] = jobs_per_cell.get(job.cell.key, 0) + 1
@@ -279,7 +325,7 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
         count = sample_count(cell, run_dir, constants, runner.max_samples)
         stored = stored_count(cell, run_dir)
         remaining = 0 if count.expected is None else max(count.expected - stored, 0)
-        est = estimate_cell(cell, remaining, device, runner, constants, kind, memory)
+        est = estimate_cell(cell, remaining, device, runner, constants, kind, memory, priced_on is not None)
         if count.expected is None:
             est.seconds = None
             est.note = est.note or f"size of the {cell.task.dataset} pool unknown (set task.pool_size)"
@@ -302,7 +348,7 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
     run_overhead = _run_constant(constants, kind, "run_overhead_s")
     merge = _run_constant(constants, kind, "merge_s_per_cell") * len(budgets)
     return PlanBudget(budgets, tuple(devices), kind, "; ".join(origins), load_seconds, run_overhead, merge, memory,
-                      constants.assumed_accuracy)
+                      constants.assumed_accuracy, priced_on)
 
 
 # ------------------------------------------------------------------------------------------------ printing
@@ -344,9 +390,14 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
 
     lines = [] if experiment is None else [f"experiment {experiment.name}: {experiment.description}"]
     n_jobs = n_jobs if n_jobs is not None else sum(c.n_jobs for c in budget.cells)
-    lines.append(f"{len(budget.cells)} cell(s), {n_jobs} job(s) on {_short_devices(budget.devices)} "
-                 f"({budget.n_workers} worker{'s' if budget.n_workers != 1 else ''}); device kind "
-                 f"{budget.device_kind}")
+    workers = f"{budget.n_workers} worker{'s' if budget.n_workers != 1 else ''}"
+    if budget.plan_device is None:
+        lines.append(f"{len(budget.cells)} cell(s), {n_jobs} job(s) on {_short_devices(budget.devices)} "
+                     f"({workers}); device kind {budget.device_kind}")
+    else:
+        lines.append(f"{len(budget.cells)} cell(s), {n_jobs} job(s) on {budget.n_workers} x "
+                     f"{budget.plan_device.name} ({workers}); priced for device kind {budget.device_kind} "
+                     "(runner.plan_device), not on this machine")
     lines.append(f"cost constants: {budget.origin or 'none'}")
     header = ("model", "task", "method", "samples", "stored", "batch", "time", "peak mem")
     rows = [(c.cell.model.name, c.cell.task.name, c.cell.method, c.count.label, str(c.stored),
@@ -392,7 +443,7 @@ def format_totals(budget: PlanBudget) -> list[str]:
     groups: dict[str, list[CellBudget]] = {}
     for c in budget.cells:
         groups.setdefault(c.cell.task.paper_task or c.cell.task.name, []).append(c)
-    unit = budget.device_kind.split("/")[0]
+    unit = budget.plan_device.name if budget.plan_device is not None else budget.device_kind.split("/")[0]
     per_task = ", ".join(f"{name} {format_seconds(budget.device_seconds(cs))}" for name, cs in groups.items())
     lines.append(f"{unit} time per task: {per_task}; model loads {format_seconds(budget.load_seconds)}")
     total = budget.total_device_seconds()
@@ -402,7 +453,8 @@ def format_totals(budget: PlanBudget) -> list[str]:
     peaks = [c.estimate.peak_bytes for c in budget.cells if c.estimate.peak_bytes is not None]
     if peaks:
         memory = budget.memory_bytes
-        fits = "" if memory is None else f" of {format_bytes(memory)} on {budget.devices[0]}"
+        where = unit if budget.plan_device is not None else budget.devices[0]
+        fits = "" if memory is None else f" of {format_bytes(memory)} on {where}"
         lines.append(f"largest peak memory: {format_bytes(max(peaks))}{fits}")
         if memory is not None and max(peaks) > memory:
             lines.append("  more than the device has: lower runner.batch_size / runner.forward_batch_size")

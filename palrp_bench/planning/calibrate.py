@@ -31,8 +31,9 @@ compute is then timed as the process's CPU time divided by torch's threads, and 
 estimates the time on an idle machine (how the shipped CPU constants were measured, docs/planning.md). ``r``
 (explanation cost in forwards) stays the shipped one. Per profile the median over its models is written, with
 the batch size it was measured at, to the user's cache file (:func:`palrp_bench.planning.cost.user_cost_path`,
-``~/.cache/palrp-bench/cost.json`` by default) under this device kind (with a GPU's memory), next to the raw
-measurements; other device kinds and profiles in the file are kept. Later plans on this machine use them.
+``~/.cache/palrp-bench/cost.json`` by default) under this device kind (with a GPU's memory, so that
+``runner.plan_device`` can price it from elsewhere), next to the raw measurements; other device kinds and
+profiles in the file are kept. Later plans on this machine use them.
 """
 from __future__ import annotations
 
@@ -299,7 +300,7 @@ def fit_profiles(measurements: list[Measurement], constants: CostConstants, kind
 def write_calibration(path: Path, kind: str, profiles: dict[str, dict], measurements: list[Measurement],
                       measured_on: str, memory_bytes: float | None = None) -> Path:
     """Merge ``profiles`` of device ``kind`` into the user's cost file (other kinds and profiles kept), with the
-    device's memory when given."""
+    device's memory when given (what ``runner.plan_device`` judges peaks against)."""
     import json
 
     data: dict = {}

@@ -27,10 +27,13 @@ Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
   weights by dtype (NF4: 0.5156 bytes per quantized parameter, double quantization), activations per layer
   and token of the batch (:func:`peak_memory`).
 
-Constants: the shipped ``palrp_bench/assets/cost_defaults.yaml`` (CPU values measured, GPU kinds absent, i.e.
-*uncalibrated*: a plan shows no time for them rather than an invented one), overridden by ``cost.json`` in the
-user cache (``~/.cache/palrp-bench/``, or ``$XDG_CACHE_HOME`` / ``$PALRP_CACHE_DIR``) that ``mode=calibrate``
-writes (:mod:`palrp_bench.planning.calibrate`). Nothing is ever written into the installed package.
+Constants: the shipped ``palrp_bench/assets/cost_defaults.yaml`` (the CPU measured on the development machine, one
+H100 fitted to a full-size rehearsal on it, docs/planning.md "On one H100"; other GPU kinds are absent, i.e.
+*uncalibrated*: a plan shows no time for them rather than an invented one; other names of the same GPU are
+aliases of it), overridden by ``cost.json`` in the user cache (``~/.cache/palrp-bench/``, or
+``$XDG_CACHE_HOME`` / ``$PALRP_CACHE_DIR``) that ``mode=calibrate`` writes (:mod:`palrp_bench.planning.calibrate`).
+Nothing is ever written into the installed package. :func:`resolve_device_kind` turns ``runner.plan_device`` (a
+short name such as ``h100``, or a device kind) into the kind a plan is priced on.
 """
 from __future__ import annotations
 
@@ -41,14 +44,16 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from ..errors import BadInputError
 from ..hub import cached_hub_file, is_local_path
 from ..numerics import device_kind as accelerator_kind
 from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
-           "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key", "NLP_FORWARDS",
-           "NEXT_TOKEN_FORWARDS", "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
+           "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
+           "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
+           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -353,7 +358,8 @@ class Profile:
 @dataclass
 class CostConstants:
     """The merged constants: shipped defaults, then the user's calibration file (``devices`` entries by device
-    kind and profile)."""
+    kind and profile; each profile dict carries its ``origin``). ``aliases``: other device kinds of the same GPU
+    (``same_as``, with their own ``short_name`` and ``memory_bytes``)."""
 
     devices: dict[str, dict] = field(default_factory=dict)
     explain_cost: dict[str, float] = field(default_factory=dict)
@@ -363,19 +369,26 @@ class CostConstants:
     architectures: dict[str, dict] = field(default_factory=dict)
     assumed_accuracy: float = 0.9
     user_file: Path | None = None
+    aliases: dict[str, dict] = field(default_factory=dict)
 
     def profile(self, kind: str, key: str) -> Profile | None:
-        """Constants of ``key`` on device ``kind``: a calibration of exactly this kind, else (CPUs) the shipped
-        CPU default; None = uncalibrated."""
-        candidates = [kind] + (["cpu"] if kind.startswith("cpu") else [])
+        """Constants of ``key`` on device ``kind``: a calibration or shipped entry of exactly this kind, else of the
+        GPU it is an alias of, else (CPUs) the shipped CPU default; None = uncalibrated."""
+        candidates = [kind]
+        if kind in self.aliases:
+            candidates.append(str(self.aliases[kind]["same_as"]))
+        if kind.startswith("cpu"):
+            candidates.append("cpu")
         for candidate in candidates:
             entry = self.devices.get(candidate)
             if not entry or key not in entry.get("profiles", {}):
                 continue
             values = entry["profiles"][key]
-            origin = entry.get("origin", "")
-            if candidate != kind:
+            origin = values.get("origin") or entry.get("origin", "")
+            if candidate == "cpu" and kind != "cpu":
                 origin = f"shipped CPU default ({entry.get('measured_on', 'another CPU')})"
+            elif candidate != kind:
+                origin = f"constants of {candidate}: {origin}"
             return Profile(values.get("seconds_per_unit"), float(values.get("overhead_s", 0.0)),
                            float(values.get("load_s_per_gparam", 0.0)), origin,
                            float(values.get("batch_overhead_s", 0.0)), values.get("batch_size"))
@@ -385,6 +398,14 @@ class CostConstants:
         """``r``: the cost of one explanation in forwards over the same tokens."""
         return float(self.explain_cost.get(f"{arch.family}/{quantization}",
                                            self.explain_cost.get(f"{arch.family}/none", 3.0)))
+
+    def device_entry(self, kind: str) -> dict:
+        """What is known of a device kind besides its profiles (``short_name``, ``memory_bytes``): its alias
+        entry over the entry of the GPU it names, else its own entry."""
+        alias = self.aliases.get(kind)
+        if alias is not None:
+            return {**self.devices.get(str(alias["same_as"]), {}), **alias}
+        return self.devices.get(kind, {})
 
 
 def user_cost_path() -> Path:
@@ -399,29 +420,63 @@ def _read_yaml(path: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
+def _with_origin(profiles: dict, origin: str) -> dict:
+    return {key: {**values, "origin": origin} for key, values in (profiles or {}).items()}
+
+
 def load_constants(user_file: Path | None = None) -> CostConstants:
     """Shipped defaults, then the calibrations in ``user_file`` (default :func:`user_cost_path`) on top: a
-    device kind the user calibrated replaces the shipped profiles it measured."""
+    device kind the user calibrated replaces the shipped profiles it measured (the others keep their origin)."""
     shipped = _read_yaml(SHIPPED_CONSTANTS)
     user_file = user_cost_path() if user_file is None else user_file
-    devices = {kind: dict(entry, origin=f"shipped default (measured on {entry.get('measured_on', '?')})")
-               for kind, entry in (shipped.get("devices") or {}).items()}
+    devices = {}
+    for kind, entry in (shipped.get("devices") or {}).items():
+        origin = f"shipped default (measured on {entry.get('measured_on', '?')})"
+        devices[kind] = dict(entry, origin=origin, profiles=_with_origin(entry.get("profiles"), origin))
     if user_file.is_file():
         try:
             user = json.loads(user_file.read_text())
         except (OSError, ValueError):
             user = {}
         for kind, entry in (user.get("devices") or {}).items():
+            origin = f"calibrated {entry.get('calibrated', '')} ({user_file})".replace("  ", " ")
             merged = dict(devices.get(kind, {}))
-            merged["profiles"] = {**merged.get("profiles", {}), **entry.get("profiles", {})}
+            merged["profiles"] = {**merged.get("profiles", {}), **_with_origin(entry.get("profiles"), origin)}
             merged["measured_on"] = entry.get("measured_on", merged.get("measured_on", ""))
-            merged["origin"] = f"calibrated {entry.get('calibrated', '')} ({user_file})".replace("  ", " ")
+            if entry.get("memory_bytes"):
+                merged["memory_bytes"] = entry["memory_bytes"]
+            merged["origin"] = origin
             devices[kind] = merged
     return CostConstants(devices=devices, explain_cost=dict(shipped.get("explain_cost") or {}),
                          memory=dict(shipped.get("memory") or {}), tokens=dict(shipped.get("tokens") or {}),
                          pool_sizes=dict(shipped.get("pool_sizes") or {}),
                          architectures=dict(shipped.get("architectures") or {}),
-                         assumed_accuracy=float(shipped.get("assumed_accuracy", 0.9)), user_file=user_file)
+                         assumed_accuracy=float(shipped.get("assumed_accuracy", 0.9)), user_file=user_file,
+                         aliases=dict(shipped.get("device_aliases") or {}))
+
+
+def known_device_kinds(constants: CostConstants) -> dict[str, str | None]:
+    """Every device kind with shipped or calibrated constants (its own or an alias's), with its short name."""
+    kinds = {kind: entry.get("short_name") for kind, entry in constants.devices.items() if entry.get("profiles")}
+    kinds.update({kind: alias.get("short_name") for kind, alias in constants.aliases.items()
+                  if alias.get("same_as") in constants.devices})
+    return kinds
+
+
+def resolve_device_kind(name: str, constants: CostConstants, setting: str = "runner.plan_device") -> str:
+    """The device kind ``name`` means: a short name (``h100``), a device kind with constants
+    (``cuda/NVIDIA H100 80GB HBM3``, ``cpu``), or a GPU name without its ``cuda/`` prefix (letter case aside).
+    Anything else is one :class:`~palrp_bench.errors.BadInputError` line listing the kinds with constants."""
+    wanted = str(name).strip().lower()
+    kinds = known_device_kinds(constants)
+    for kind, short in kinds.items():
+        names = {kind.lower(), (short or kind).lower(), kind.lower().removeprefix("cuda/")}
+        if wanted in names:
+            return kind
+    listed = ", ".join(f"{short} ({kind})" if short else kind for kind, short in kinds.items())
+    raise BadInputError(f"{setting}={name!r}: no cost constants for that device kind (known: {listed})",
+                        f"use one of those, or run palrp-bench mode=calibrate on a machine with that device to add it")
+
 
 
 def _cpu_model() -> str:
