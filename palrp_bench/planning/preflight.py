@@ -40,7 +40,7 @@ from ..runner.devices import DevicePlan
 from ..runner.plan import Cell
 
 __all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
-           "check_requirements", "HUB_DATASETS"]
+           "check_requirements", "local_checkpoint_problem", "HUB_DATASETS"]
 
 #: hub datasets and the repository they come from (``task.path`` unset)
 HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia"}
@@ -191,6 +191,22 @@ def _embedded_assets(model) -> list[Path]:
     return []
 
 
+NO_SUCH_FOLDER = "no such folder"
+
+
+def local_checkpoint_problem(source: str | Path) -> str | None:
+    """What a local checkpoint folder lacks (``no such folder``, no ``config.json``, no weights), or None when it
+    holds a saved Hugging Face model."""
+    folder = Path(source).expanduser()
+    if not folder.exists():
+        return NO_SUCH_FOLDER
+    if not (folder / "config.json").is_file():
+        return "no config.json in it (not a saved Hugging Face model)"
+    if not any((folder / w).is_file() for w in WEIGHT_FILES):
+        return f"no weights in it ({', '.join(WEIGHT_FILES[:2])}, ...)"
+    return None
+
+
 def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
     name = model.name
     for path in _embedded_assets(model):
@@ -232,14 +248,11 @@ def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Override
         source_fix += (" (train one: python scripts/finetune_imdb.py --model "
                        f"{model.base_model or '<base_model>'}{quantized} --output-dir <dir>; use <dir>/best)")
     if is_local_path(source):
-        folder = Path(source).expanduser()
-        if not folder.exists():
-            found.add(f"{what} {source} ({name}): no such folder", source_fix)
+        problem = local_checkpoint_problem(source)
+        if problem is not None:
+            found.add(f"{what} {source} ({name}): {problem}", source_fix)
+        if problem == NO_SUCH_FOLDER:
             return  # its tokenizer depends on what the folder will hold
-        if not (folder / "config.json").is_file():
-            found.add(f"{what} {source} ({name}): no config.json in it (not a saved Hugging Face model)", source_fix)
-        elif not any((folder / w).is_file() for w in WEIGHT_FILES):
-            found.add(f"{what} {source} ({name}): no weights in it ({', '.join(WEIGHT_FILES[:2])}, ...)", source_fix)
     else:
         needs.append(_HubNeed(source, "model", f"hub model {source} ({name})", hub_model_cached(source),
                               fix("model", name, "model.source=<folder>"), check_access=True))
