@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..schema import Selection
 from .cost import CostConstants, Estimate, estimate, resolve_device_kind
+from .training import SCRIPT, ClassifierTraining, OFFICIAL_RECIPE, price_missing_classifiers
 from ..runner.plan import Cell, Job
 
 __all__ = ["SampleCount", "CellBudget", "PlanBudget", "PlanDevice", "plan_device", "estimate_cell", "pool_size",
@@ -204,7 +205,8 @@ def plan_device(runner, constants: CostConstants) -> PlanDevice | None:
 class PlanBudget:
     """Every cell's budget plus what the whole invocation adds: model loads (once per model and worker) and the
     fixed start-up and merge of a run. ``plan_device``: the device kind it was priced on from a machine without
-    it (None: this machine's ``devices``)."""
+    it (None: this machine's ``devices``); ``training``: the classifiers whose finetuned weights are missing, priced
+    on the same device kind (:mod:`palrp_bench.planning.training`)."""
 
     cells: list[CellBudget]
     devices: tuple[str, ...]
@@ -216,6 +218,7 @@ class PlanBudget:
     memory_bytes: float | None
     assumed_accuracy: float = 0.9
     plan_device: PlanDevice | None = None
+    training: list[ClassifierTraining] = field(default_factory=list)
 
     @property
     def n_workers(self) -> int:
@@ -347,8 +350,9 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
     load_seconds = None if any(v is None for v in loads) else float(sum(loads))
     run_overhead = _run_constant(constants, kind, "run_overhead_s")
     merge = _run_constant(constants, kind, "merge_s_per_cell") * len(budgets)
+    training = price_missing_classifiers([b.cell for b in budgets], kind, memory, constants)
     return PlanBudget(budgets, tuple(devices), kind, "; ".join(origins), load_seconds, run_overhead, merge, memory,
-                      constants.assumed_accuracy, priced_on)
+                      constants.assumed_accuracy, priced_on, training)
 
 
 # ------------------------------------------------------------------------------------------------ printing
@@ -427,6 +431,7 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
     lines += [f"note: {n}" for n in notes]
     lines.append("")
     lines += format_totals(budget)
+    lines += format_training(budget)
     if problems:
         lines += ["", f"missing ({len(problems)}): a run would stop before loading anything; fix each, then run "
                       "again"]
@@ -458,7 +463,48 @@ def format_totals(budget: PlanBudget) -> list[str]:
         lines.append(f"largest peak memory: {format_bytes(max(peaks))}{fits}")
         if memory is not None and max(peaks) > memory:
             lines.append("  more than the device has: lower runner.batch_size / runner.forward_batch_size")
+    lines += _training_total(budget, total)
     return [part for line in lines for part in _wrap(line).split("\n")]
+
+
+# ------------------------------------------------------------------------- finetuning the missing classifiers
+def _training_seconds(budget: PlanBudget) -> float | None:
+    values = [t.estimate.device_seconds if t.estimate is not None else None for t in budget.training]
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def _training_total(budget: PlanBudget, evaluation: float | None) -> list[str]:
+    """The ``training:`` line of the totals: device-hours of the missing classifiers' finetuning, apart from the
+    evaluation's, and both together."""
+    if not budget.training:
+        return []
+    seconds = _training_seconds(budget)
+    both = None if seconds is None or evaluation is None else seconds + evaluation
+    n = len(budget.training)
+    return [f"training: {_hours(seconds)} device-hours, {n} missing classifier{'s' if n != 1 else ''}; with the "
+            f"evaluation {_hours(both)} device-hours"]
+
+
+def format_training(budget: PlanBudget) -> list[str]:
+    """One line per missing classifier: device-hours of its finetuning on the plan's device kind (the cheapest
+    setting that fits, else the recipe as is), peak memory per device, and what fits (docs/planning.md
+    "Finetuning the classifiers")."""
+    if not budget.training:
+        return []
+    recipe = OFFICIAL_RECIPE
+    header = ("classifier", "hours", "peak mem", "verdict")
+    rows = [(t.model, "?" if t.estimate is None else f"{_hours(t.estimate.device_seconds)} h",
+             "?" if t.estimate is None else format_bytes(t.estimate.memory.total),
+             t.verdict + (" (4-bit: only the head trains)" if t.head_only else "")) for t in budget.training]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header) - 1)]
+
+    def line(values) -> str:
+        return "  ".join([f"{values[0]:<{widths[0]}}", f"{values[1]:>{widths[1]}}", f"{values[2]:>{widths[2]}}",
+                          values[3]]).rstrip()
+
+    return (["", f"finetuning ({SCRIPT}, {recipe.train_rows} rows x {recipe.epochs} epochs) on {budget.device_kind}:",
+             line(header)] + [line(r) for r in rows]
+            + ["  hours: device-hours (on n GPUs, wall-clock hours / n); peak memory: per device"])
 
 
 def _wrap(line: str) -> str:

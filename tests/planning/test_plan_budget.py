@@ -124,6 +124,9 @@ def test_plan_on_an_empty_machine_lists_everything_and_writes_nothing(tmp_path):
     out = done.stdout
     assert "cpu time per task: imdb " in out and re.search(r"total: [\d,.]+ device-hours", out)
     assert "missing (5)" in out
+    assert re.search(r"^training: [\d,.]+ device-hours, 3 missing classifiers", out, re.MULTILINE)
+    for model in ("llama2_7b ", "llama2_7b_4bit ", "tinyllama "):  # one line each: hours, peak memory, verdict
+        assert re.search(rf"^{model}\s+[\d,.]+ h\s+[\d.]+ GB  (fits|does not fit|needs)", out, re.MULTILINE), model
     for piece in ("a CUDA GPU", "./checkpoints/llama2_7b_imdb (", "./checkpoints/llama2_7b_imdb_4bit (",
                   "./checkpoints/tinyllama_imdb (", "IMDB CSV data/imdb/IMDB Dataset.csv"):
         assert piece in out, piece

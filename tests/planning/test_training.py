@@ -1,16 +1,18 @@
 """The finetuning cost (palrp_bench/planning/training.py, docs/planning.md "Finetuning the classifiers"): the shipped
 constants against the measurements they were fitted to, the parameter and memory arithmetic, the cheapest setting
-that fits, and which classifiers a plan must train."""
+that fits, and the plan's lines for the missing classifiers."""
+import re
 from dataclasses import replace
 
 import pytest
 
+import palrp_bench.planning.budget as budget
 import palrp_bench.planning.cost as cost
 from palrp_bench.planning.cost import CostConstants, hf_architecture, load_constants
 from palrp_bench.planning.training import (OFFICIAL_RECIPE, Setting, cheapest_fit, classifier_architecture,
                                            estimate_training, load_training_constants, needs_training,
                                            price_missing_classifiers, trainable_params, training_units, verdict)
-from palrp_bench.runner.plan import plan_cells
+from palrp_bench.runner.plan import plan_cells, plan_jobs
 from runner.harness import compose_cfg
 
 H100 = "cuda/NVIDIA H100 80GB HBM3"
@@ -163,3 +165,33 @@ def test_missing_classifiers_are_the_local_classifier_folders_without_a_saved_mo
     (folder / "model.safetensors").write_bytes(b"")
     assert not needs_training(replace(model, source=str(folder)))
     assert not needs_training(replace(model, source=TINYLLAMA))  # a hub classifier is downloaded, not trained
+
+
+def test_the_plan_prices_the_missing_classifiers_on_the_planned_kind(tmp_path, monkeypatch):
+    monkeypatch.setattr(cost, "device_kind", lambda device: H100)
+    monkeypatch.setattr(budget, "_machine_memory", lambda devices: None)
+    cfg = compose_cfg(tmp_path / "run", "experiment=table1", "runner.devices=[cpu]")
+    cells = plan_cells(cfg)
+    plan = budget.plan_budget(cells, plan_jobs(cfg, cells, 1), tmp_path / "run", ("cpu",), cfg.runner,
+                              load_constants())
+    assert [t.model for t in plan.training] == ["llama2_7b", "llama2_7b_4bit", "tinyllama"]
+    seconds = sum(t.estimate.device_seconds for t in plan.training)
+    assert seconds / 3600 == pytest.approx(11.3 + 1.1 + 1.5, abs=0.3)
+    text = budget.format_plan(plan, cfg.experiment, [], len(cells))
+    assert f"training: {seconds / 3600:.1f} device-hours, 3 missing classifiers" in text
+    rows = {line.split()[0]: line for line in text.splitlines()
+            if re.match(r"(llama2_7b|llama2_7b_4bit|tinyllama)\s+[\d.,]+ h ", line)}
+    assert "needs 2 GPUs with FSDP and --gradient-checkpointing" in rows["llama2_7b"]
+    assert "fits" in rows["tinyllama"] and "head" in rows["llama2_7b_4bit"]
+    seven = plan.training[0].estimate
+    assert f"{seven.memory.total / 1e9:.1f} GB" in rows["llama2_7b"]
+    assert f"on {H100}:" in text and all(len(line) <= 100 for line in text.splitlines())
+    assert "training:" in "\n".join(budget.format_totals(plan))  # also under a refused run's problem list
+
+
+def test_a_plan_without_missing_classifiers_says_nothing_of_training(tmp_path):
+    cfg = compose_cfg(tmp_path / "run", "experiment=selftest", "task=selftest")
+    cells = plan_cells(cfg)
+    plan = budget.plan_budget(cells, plan_jobs(cfg, cells, 1), tmp_path / "run", ("cpu",), cfg.runner,
+                              load_constants())
+    assert plan.training == [] and "training" not in budget.format_plan(plan, None, [], 1)
