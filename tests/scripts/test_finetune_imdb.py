@@ -175,3 +175,141 @@ def test_missing_model_and_data_fail_with_one_line(ft, tmp_path, capsys):
                     "--output-dir", str(tmp_path / "o2")]) == 2
     err = capsys.readouterr().err.strip()
     assert "IMDB CSV not found" in err and "kaggle" in err.lower()
+
+
+# ------------------------------------------------------------------------------------ several processes (FSDP)
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_shard_with_fsdp_and_equal_one_process(ft, uninterrupted, tmp_path):
+    """Epoch 0 in one process, then ``--resume`` under ``accelerate launch --num_processes 2`` on the CPU (gloo):
+    the FSDP run loads the one-process checkpoint, trains epochs 1-2 sharded, gathers its checkpoint and ``best/``
+    on the first process, and every number equals the uninterrupted one-process run up to float32 rounding.
+    (accelerate applies its own FSDP plugin only on GPU backends; the script shards with torch's ``fully_shard``
+    itself, so this runs the same FSDP code as a GPU run.)"""
+    pytest.importorskip("accelerate")
+    import os
+    import subprocess
+
+    out = tmp_path / "two"
+    assert ft.main(["--smoke", "--output-dir", str(out), "--stop-after", "1"]) == 0
+    env = dict(os.environ, OMP_NUM_THREADS="1", TQDM_DISABLE="1", HF_HUB_OFFLINE="1",
+               HF_HOME=str(tmp_path / "hf_home"))  # no accelerate config file of the user's
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", str(_free_port())]
+    done = subprocess.run(launch + [str(SCRIPT), "--smoke", "--device", "cpu", "--output-dir", str(out), "--resume"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"process {rank} of 2 on cpu" in done.stderr and "FSDP over 2 processes" in done.stderr
+    assert json.loads((out / "run_config.json").read_text())["processes"] == 2
+
+    # float32 rounding (eps 1.2e-7): each half of a batch is padded to its own longest row (masked positions) and
+    # the halves' losses and gradients are summed in another order, so results differ in their last bits (about
+    # 2e-8 measured); AdamW's 6 steps carry that over. 1e-5 is ~100 eps: room for other CPUs' kernels, far below
+    # what a wrong share, scale or gathered shard changes (the losses move by ~1e-2 per step)
+    close = dict(rtol=1e-5, atol=1e-6)
+    full, sharded = _history(uninterrupted), _history(out)
+    assert [row["epoch"] for row in sharded] == [0, 1, 2]
+    for a, b in zip(full, sharded):
+        # the gradient norm before clipping: FSDP must average the processes' gradients, not sum them
+        for key in ("lr_at_start", "train_loss", "grad_norm", "selection_loss", "train_accuracy",
+                    "selection_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=close["rtol"], abs=close["atol"]), key
+    assert sharded[-1]["train_loss"] < sharded[0]["train_loss"]
+
+    state, reference = _trainable_state(out), _trainable_state(uninterrupted)
+    assert state["processes"] == 2 and set(state["trainable"]) == set(reference["trainable"])
+    for name, tensor in reference["trainable"].items():
+        torch.testing.assert_close(state["trainable"][name], tensor, **close)
+    assert set(state["optimizer"]["state"]) == set(reference["optimizer"]["state"])
+    for name, moments in reference["optimizer"]["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(state["optimizer"]["state"][name][key], moments[key], **close)
+
+    best = json.loads((out / "history.json").read_text())["best"]
+    assert best["epoch"] >= 1  # exported by the two processes
+    assert best == json.loads((uninterrupted / "history.json").read_text())["best"]
+    exported, expected = load_file(out / "best" / "model.safetensors"), load_file(uninterrupted / "best" /
+                                                                                  "model.safetensors")
+    assert set(exported) == set(expected)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(exported[name], tensor, **close)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_a_batch_shared_by_processes_has_the_batch_mean_gradient(ft, tmp_path, size):
+    """Each process forwards its contiguous share (a process without rows a weight-0 stand-in) and scales its summed
+    loss by ``processes / rows``; FSDP averages the gradients, which must give the mean gradient of the batch."""
+    from transformers import LlamaForSequenceClassification
+
+    model = LlamaForSequenceClassification.from_pretrained(ft.build_smoke_model(tmp_path / "m", seed=0)).float()
+    chunk = ft.smoke_examples(5, seed=3)
+
+    def gradient(processes):
+        model.zero_grad(set_to_none=True)
+        loss, _, _ = ft.batch_loss(model, chunk, processes, 2, 512)
+        loss.backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    expected = gradient(ft.Processes())
+    shares = [ft.Processes(rank, size).share(chunk) for rank in range(size)]
+    real = [row for rows, weight in shares for row, w in zip(rows, weight) if w > 0]
+    assert real == list(chunk)  # every row once, in order
+    averaged = sum(gradient(ft.Processes(rank, size)) for rank in range(size)) / size
+    torch.testing.assert_close(averaged, expected, rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------------------------- memory check
+def test_a_run_that_cannot_fit_stops_before_writing_anything(ft, tmp_path, capsys, monkeypatch):
+    """LLaMA-2-7B float32 with AdamW on a 64 GB machine (its architecture from the shipped table, offline)."""
+    monkeypatch.setattr(ft, "_device_memory", lambda processes: 64e9)
+    out = tmp_path / "llama"
+    assert ft.main(["--model", "meta-llama/Llama-2-7b-hf", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: meta-llama/Llama-2-7b-hf float32 AdamW needs ~") and "has 64.0 GB" in err
+    assert "--quantized" in err
+    assert "--ignore-memory-check" in err
+    assert not out.exists()
+
+
+@pytest.fixture
+def h100(ft, monkeypatch):
+    """This process on an H100 80GB, as far as the memory check sees."""
+    import palrp_bench.planning.cost as cost
+
+    monkeypatch.setattr(cost, "device_kind", lambda device: "cuda/NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(ft, "_device_memory", lambda processes: 85.0e9)
+
+
+def _args(ft, *extra):
+    return ft.parse_args(["--model", "meta-llama/Llama-2-7b-hf", "--output-dir", "unused", *extra])
+
+
+def test_the_refusal_names_the_cheapest_setting_that_fits(ft, h100):
+    from palrp_bench.errors import BadInputError
+
+    with pytest.raises(BadInputError) as refused:
+        ft.check_memory(_args(ft), "meta-llama/Llama-2-7b-hf", ft.Processes(0, 1, "cuda"))
+    message = str(refused.value)
+    assert "\n" not in message and "this GPU has 85.0 GB" in message
+    assert "use 2 GPUs with FSDP and --gradient-checkpointing (accelerate launch --num_processes 2" in message
+    assert "--quantized" in message
+    # that setting passes, as do the 4-bit row and TinyLlama on one GPU
+    assert ft.check_memory(_args(ft, "--gradient-checkpointing"), "meta-llama/Llama-2-7b-hf",
+                           ft.Processes(0, 2, "cuda")).fits
+    assert ft.check_memory(_args(ft, "--quantized"), "meta-llama/Llama-2-7b-hf", ft.Processes(0, 1, "cuda")).fits
+    assert ft.check_memory(_args(ft), "TinyLlama/TinyLlama-1.1B-Chat-v1.0", ft.Processes(0, 1, "cuda")).fits
+
+
+def test_ignore_memory_check_starts_anyway_with_a_warning(ft, h100, capsys):
+    found = ft.check_memory(_args(ft, "--ignore-memory-check"), "meta-llama/Llama-2-7b-hf",
+                            ft.Processes(0, 1, "cuda"))
+    assert found.fits is False
+    assert "starting anyway (--ignore-memory-check)" in capsys.readouterr().err
