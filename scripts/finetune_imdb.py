@@ -35,7 +35,7 @@ Output folder::
 
     run_config.json     the recipe and data choices (checked on --resume)
     history.json        per epoch: train loss/accuracy, mean gradient norm before clipping, selection
-                        loss/accuracy, learning rate
+                        loss/accuracy, learning rate, seconds, and on a GPU the peak memory reserved
     checkpoint_<e>/     training state after epoch e (trainable parameters, optimizer, scheduler); only the
                         latest is kept; written atomically, so a killed run never leaves a torn checkpoint
     best/               save_pretrained folder of the best epoch (loads with from_pretrained / load_hf_model)
@@ -60,6 +60,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -706,10 +707,14 @@ def run(args: argparse.Namespace, processes: Processes | None = None) -> dict:
                       disable=not processes.main):
         lr = scheduler.get_last_lr()[0]
         row = {"epoch": epoch, "lr_at_start": lr}
+        started = time.perf_counter()
         row.update(train_one_epoch(model, train, trainable, optimizer, scheduler, args.batch_size, args.grad_clip,
                                    pad_id, args.max_length, f"epoch {epoch} train", processes))
         row.update(evaluate(model, selection, args.batch_size, pad_id, args.max_length, f"epoch {epoch} select",
                             processes))
+        row["seconds"] = time.perf_counter() - started
+        if processes.device.type == "cuda":  # what the estimate's peak memory is fitted to
+            row["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(processes.device)
         history.append(row)
         if row["selection_accuracy"] > best["selection_accuracy"]:
             best = {"epoch": epoch, "selection_accuracy": row["selection_accuracy"], "selection": selection_kind}
