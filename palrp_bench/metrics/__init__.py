@@ -5,6 +5,8 @@
 * :mod:`.perturbation` -- vision pixel order (documented tie-break), removal masks, x100 AUC (section 3).
 * :mod:`.segmentation` -- pixel accuracy, mIoU, mAP with dataset pooling and a streaming accumulator (section 4).
 * :mod:`.share`        -- Appendix F positional share of the total relevance.
+* :mod:`.evidence`     -- PG, MRR, RMA, PTA of token scores against annotated evidence, with both tie rules
+  (docs/evaluation.md "Evidence metrics").
 * :mod:`.registry`     -- every table metric's direction, convention, inputs and function (registered by the
   module that defines the function).
 * :mod:`.table`        -- per-sample rows -> ``metrics.csv`` (the one path to table numbers).
