@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runner.harness import REPO
 
-PAPER_FILES = {"table1", "table2", "table3", "table4", "table5", "appendix_f", "attnlrp_table1"}
+PAPER_FILES = {"table1", "table2", "table3", "table4", "table5", "appendix_f", "attnlrp_table1", "evidence_table1"}
 #: the tables those files hold (attnlrp_table1.csv also holds the AttnLRP paper's appendix Tables 5-7)
 PAPER_TABLES = PAPER_FILES | {"attnlrp_table5", "attnlrp_table6", "attnlrp_table7"}
 
