@@ -22,6 +22,13 @@ same indices with a private ``RandomState(42)`` (identical stream, global numpy 
 numpy's selection order, so any prefix of the list is itself a uniform random sample (``subset=k`` gives the
 first ``k`` of the protocol list, since ``choice`` without replacement is a prefix of one permutation).
 
+One listing per folder and process: a run lists the folder in its preflight and again in every job that loads it
+(the listing of 50,000 files takes seconds on a network disk); :func:`list_imagenet_val` keeps each listing with
+the modification times of every folder and labels file it read and returns it again while all of them are unchanged
+(adding, removing or renaming an image changes its folder's time). A listing whose inputs changed within the last
+:data:`MTIME_GRANULARITY_S` seconds is not kept, so a change in the same tick of a coarse file-system clock cannot
+hide behind an unchanged time.
+
 Each sample is ``Resize((image_size, image_size))`` (bilinear, no crop; what ``torchvision``'s ``Resize``
 does on PIL images) of the RGB image, as raw pixels in [0, 1]; ``sample_id`` is the file stem, e.g.
 ``ILSVRC2012_val_00000001``.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +60,8 @@ DEVKIT_META_NAME = "meta.mat"
 #: labels-file locations looked for, relative to the val folder and each of its first four ancestors
 _LABEL_CANDIDATES = (LOC_SOLUTION_NAME, DEVKIT_GROUND_TRUTH_NAME,
                      f"ILSVRC2012_devkit_t12/data/{DEVKIT_GROUND_TRUTH_NAME}")
+#: seconds within which a file system may give two changes the same modification time (FAT: 2 s)
+MTIME_GRANULARITY_S = 2.0
 _EXPECTED_LAYOUT = ("expected <root>/val/<wnid>/*.JPEG (ImageFolder) or <root>/val/*.JPEG with "
                     f"{LOC_SOLUTION_NAME} or {DEVKIT_GROUND_TRUTH_NAME} + {DEVKIT_META_NAME} (flat)")
 
@@ -89,12 +99,13 @@ def _resolve_val_dir(root: str | Path) -> Path:
     return root / "val" if (root / "val").is_dir() else root
 
 
-def _list_imagefolder(val_dir: Path, class_dirs: list[str]) -> ValListing:
+def _list_imagefolder(val_dir: Path, class_dirs: list[str], read: list[Path]) -> ValListing:
     files: list[Path] = []
     labels: list[int] = []
     for label, wnid in enumerate(class_dirs):
         # torchvision's make_dataset: sorted os.walk of the class folder, sorted file names
         for folder, _, names in sorted(os.walk(val_dir / wnid, followlinks=True)):
+            read.append(Path(folder))
             for name in sorted(names):
                 if _is_image(name):
                     files.append(Path(folder) / name)
@@ -106,9 +117,10 @@ def _list_imagefolder(val_dir: Path, class_dirs: list[str]) -> ValListing:
     return ValListing(val_dir, "imagefolder", tuple(files), tuple(labels), tuple(class_dirs))
 
 
-def _find_labels_file(val_dir: Path) -> Path | None:
+def _find_labels_file(val_dir: Path, read: list[Path]) -> Path | None:
     folder = val_dir
     for _ in range(5):
+        read.append(folder)  # a labels file added here would change the listing
         for candidate in _LABEL_CANDIDATES:
             if (folder / candidate).is_file():
                 return folder / candidate
@@ -169,13 +181,14 @@ def _read_devkit_ground_truth(path: Path) -> dict[str, str]:
     return stem_to_wnid
 
 
-def _list_flat(val_dir: Path, image_names: list[str], labels_file: Path | None) -> ValListing:
-    labels_file = labels_file or _find_labels_file(val_dir)
+def _list_flat(val_dir: Path, image_names: list[str], labels_file: Path | None, read: list[Path]) -> ValListing:
+    labels_file = labels_file or _find_labels_file(val_dir, read)
     if labels_file is None:
         raise MissingDataError(f"{val_dir} holds images but no class folders and no labels file was found",
                                _EXPECTED_LAYOUT)
     if not labels_file.is_file():
         raise MissingDataError(f"labels file {labels_file} does not exist", _EXPECTED_LAYOUT)
+    read += [labels_file, labels_file.parent / DEVKIT_META_NAME]
     if labels_file.suffix.lower() == ".csv":
         stem_to_wnid, layout = _read_loc_csv(labels_file), "flat-loc-csv"
         classes = sorted(set(stem_to_wnid.values()))
@@ -192,9 +205,43 @@ def _list_flat(val_dir: Path, image_names: list[str], labels_file: Path | None) 
                       tuple(class_index[stem_to_wnid[Path(n).stem]] for n in order), tuple(classes))
 
 
+#: (val folder, labels file) -> (listing, modification times of what it read): this process's listings
+_LISTINGS: dict[tuple[str, str | None], tuple[ValListing, tuple[tuple[str, int | None], ...]]] = {}
+
+
+def _mtimes(paths) -> tuple[tuple[str, int | None], ...]:
+    """``(path, st_mtime_ns)`` of each path (None for one that does not exist)."""
+    out = []
+    for path in paths:
+        try:
+            out.append((str(path), os.stat(path).st_mtime_ns))
+        except OSError:
+            out.append((str(path), None))
+    return tuple(out)
+
+
 def list_imagenet_val(root: str | Path, labels_file: str | Path | None = None) -> ValListing:
-    """Every labelled validation image under ``root`` in ImageFolder order (see the module docstring)."""
+    """Every labelled validation image under ``root`` in ImageFolder order (see the module docstring); the same
+    listing again, without reading the folder, while nothing it read has changed ("One listing per folder")."""
     val_dir = _resolve_val_dir(root)
+    key = (str(val_dir.resolve()), None if labels_file is None else str(Path(labels_file).expanduser().resolve()))
+    kept = _LISTINGS.get(key)
+    if kept is not None and _mtimes(path for path, _ in kept[1]) == kept[1]:
+        return kept[0]
+    _LISTINGS.pop(key, None)
+    started = time.time()
+    read = [val_dir]
+    listing = _list_val_dir(val_dir, labels_file, read)
+    stamps = _mtimes(dict.fromkeys(read))
+    settled = started - MTIME_GRANULARITY_S
+    if all(ns is None or ns / 1e9 < settled for _, ns in stamps):
+        _LISTINGS[key] = (listing, stamps)
+    return listing
+
+
+def _list_val_dir(val_dir: Path, labels_file: str | Path | None, read: list[Path]) -> ValListing:
+    """The listing of :func:`list_imagenet_val`, read from the folder; every folder and labels file it reads is
+    appended to ``read``."""
     entries = sorted(os.scandir(val_dir), key=lambda e: e.name)
     class_dirs = [e.name for e in entries if e.is_dir()]
     image_names = [e.name for e in entries if e.is_file() and _is_image(e.name)]
@@ -202,12 +249,12 @@ def list_imagenet_val(root: str | Path, labels_file: str | Path | None = None) -
         raise BadInputError(f"{val_dir} mixes class folders and loose images, so its layout is ambiguous",
                             "keep either <wnid>/ folders (ImageFolder) or only images + a labels file (flat)")
     if image_names:
-        listing = _list_flat(val_dir, image_names, Path(labels_file) if labels_file is not None else None)
+        listing = _list_flat(val_dir, image_names, Path(labels_file) if labels_file is not None else None, read)
     elif class_dirs:
         if labels_file is not None:
             raise BadInputError(f"labels_file was given but {val_dir} is an ImageFolder (class folders)",
                                 "drop labels_file; the folder names are the labels")
-        listing = _list_imagefolder(val_dir, class_dirs)
+        listing = _list_imagefolder(val_dir, class_dirs, read)
     else:
         raise MissingDataError(f"no ImageNet validation images found in {val_dir}", _EXPECTED_LAYOUT)
     stems = [f.stem for f in listing.files]

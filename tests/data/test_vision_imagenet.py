@@ -293,3 +293,74 @@ def test_errors_are_one_line_with_a_fix(tmp_path):
         with pytest.raises(PalrpError) as info:
             call()
         assert info.value.fix and "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------------- one listing per folder
+def _settled_copy(source: Path, target: Path) -> Path:
+    """A copy of a fixture whose files and folders were last changed an hour ago (as a real data set's are)."""
+    import os
+    import shutil
+    import time
+
+    shutil.copytree(source, target)
+    past = time.time() - 3600
+    for folder, _, names in os.walk(target):
+        for path in [Path(folder), *(Path(folder) / n for n in names)]:
+            os.utime(path, (past, past))
+    return target
+
+
+def _count_listings(monkeypatch, val_dir: Path) -> list:
+    """Every ``os.scandir`` of ``val_dir`` (one per listing of the folder)."""
+    import os
+
+    calls = []
+    real = os.scandir
+
+    def spy(path="."):
+        if Path(path) == val_dir:
+            calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", spy)
+    return calls
+
+
+def test_a_settled_folder_is_listed_once_and_listed_again_after_any_change(tmp_path, monkeypatch):
+    import time
+
+    root = _settled_copy(IMAGEFOLDER, tmp_path / "imagenet")
+    listings = _count_listings(monkeypatch, root / "val")
+    first = list_imagenet_val(root)
+    assert list_imagenet_val(root / "val") is first and load_imagenet_val(root, subset="all").listing is first
+    assert len(listings) == 1
+    Image.new("RGB", (4, 4)).save(root / "val" / "n01443537" / "ILSVRC2012_val_00000009.JPEG")  # a new image
+    grown = list_imagenet_val(root)
+    assert len(listings) == 2 and len(grown.files) == len(first.files) + 1
+    assert list_imagenet_val(root).files == grown.files and len(listings) == 3  # just changed: not kept
+    (root / "val" / "n01443537" / "ILSVRC2012_val_00000009.JPEG").unlink()
+    past = time.time() - 3600
+    import os
+
+    os.utime(root / "val" / "n01443537", (past, past))  # an older time than the kept one is a change too
+    assert list_imagenet_val(root).files == first.files and len(listings) == 4
+
+
+def test_a_flat_listing_is_listed_again_when_its_labels_file_changes(tmp_path, monkeypatch):
+    import os
+    import time
+
+    _copy_flat(tmp_path)
+    (tmp_path / "LOC_val_solution.csv").write_text((FLAT / "LOC_val_solution.csv").read_text())
+    past = time.time() - 3600
+    for path in (tmp_path, tmp_path / "val", tmp_path / "LOC_val_solution.csv"):
+        os.utime(path, (past, past))
+    listings = _count_listings(monkeypatch, tmp_path / "val")
+    first = list_imagenet_val(tmp_path)
+    assert list_imagenet_val(tmp_path) is first and len(listings) == 1
+    rows = (FLAT / "LOC_val_solution.csv").read_text().splitlines()
+    changed = [rows[0]] + [r.replace(r.split(",")[1].split()[0], "n09999999") if "00000003" in r else r
+                           for r in rows[1:]]
+    (tmp_path / "LOC_val_solution.csv").write_text("\n".join(changed) + "\n")
+    relabelled = list_imagenet_val(tmp_path)
+    assert len(listings) == 2 and "n09999999" in relabelled.classes and "n09999999" not in first.classes

@@ -384,3 +384,29 @@ def test_the_command_refuses_a_vision_model_on_a_text_task_in_one_line(tmp_path,
     assert "model tiny_vit is an image classifier (kind vit), but task synthetic_sentiment" in where
     assert "model=tiny_llama_cls" in where and "VisionTransformer" not in done.stderr + done.stdout
     assert os.listdir(tmp_path) == []  # no run dir, no runs/<stamp>/
+
+
+def test_a_plan_and_the_load_list_the_imagenet_folder_once(offline, monkeypatch):
+    """The preflight lists the ImageNet folder; the job's load reuses that listing (data/imagenet.py "One listing
+    per folder"), counted as every ``os.scandir`` of the val folder."""
+    import os
+
+    from palrp_bench.evaluation.tasks import task_adapter
+
+    root = offline / "imagenet"
+    shutil.copytree(FIXTURES / "fixtures_vision" / "imagefolder", root)
+    past = time.time() - 3600
+    for folder, _, names in os.walk(root):
+        for path in [Path(folder), *(Path(folder) / n for n in names)]:
+            os.utime(path, (past, past))
+    listed = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": (listed.append(path) if Path(path) == root / "val" else None)
+                        or real(path))
+    cfg = compose_cfg(offline / "run", "model=deit_tiny", "task=imagenet", "method=pa_lrp", f"task.path={root}",
+                      "task.options.subset=all")
+    cells = plan_cells(cfg)
+    found = run_preflight(cells, CPU, {"model", "task", "method"})
+    assert not [p for p in found.problems if "ImageNet" in p.item], found.problems
+    pool = task_adapter(cells[0].task.kind).load_samples(cells[0].task, None)
+    assert len(pool) == 5 and len(listed) == 1
