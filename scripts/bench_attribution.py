@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import threading
 import gc
 import resource
@@ -40,6 +41,7 @@ import transformers
 
 from palrp_bench import explain
 from palrp_bench.atomic_io import write_json_atomic
+from palrp_bench.lrp.rules import FUSED_STABILIZER_MODES, FUSED_STABILIZERS_ENV
 
 PRESETS = {
     # small enough for a laptop CPU, large enough that matmuls dominate
@@ -185,11 +187,16 @@ def main(argv=None):
     ap.add_argument("--stabilizers", choices=["official", "none"], default=None,
                     help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official for "
                          "llama and none for the families the official code never ran)")
+    ap.add_argument("--fused", choices=FUSED_STABILIZER_MODES, default=None,
+                    help=f"how the stabilisers' backward runs (${FUSED_STABILIZERS_ENV}; default: as set, else auto: "
+                         "one compiled kernel on CUDA, eager elsewhere; docs/engine.md)")
     ap.add_argument("--json", type=Path, help="also write the settings and the rows to this JSON file")
     ap.add_argument("--_memory-probe", dest="memory_probe", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     FORWARD_BATCH["rows"] = args.forward_batch
     STABILIZERS["choice"] = args.stabilizers
+    if args.fused:
+        os.environ[FUSED_STABILIZERS_ENV] = args.fused  # the memory probes (child processes) inherit it
     methods = tuple(args.methods)
     reference = "grad_x_input" if "grad_x_input" in methods else methods[0]
     if args.threads:
@@ -214,7 +221,8 @@ def main(argv=None):
     settings = {"preset": args.preset, "layers": sizes["num_hidden_layers"], "hidden": sizes["hidden_size"],
                 "dtype": args.dtype, "device": str(device), "batch": args.batch, "threads": torch.get_num_threads(),
                 "torch": torch.__version__, "transformers": transformers.__version__,
-                "stabilizers": args.stabilizers or "default (official on llama, none elsewhere)", "reference": reference,
+                "stabilizers": args.stabilizers or "default (official on llama, none elsewhere)",
+                "fused": os.environ.get(FUSED_STABILIZERS_ENV, "auto"), "reference": reference,
                 "warmup": args.warmup, "repeats": args.repeats,
                 "peak_mib": ("extra peak of one attribution over the built model: "
                              + ("allocator high-water mark" if device.type == "cuda"
@@ -222,7 +230,8 @@ def main(argv=None):
     if device.type == "cuda":
         settings["gpu"] = torch.cuda.get_device_name(device)
     print("# " + " ".join(f"{k}={settings[k]}" for k in ("preset", "layers", "hidden", "dtype", "device", "batch",
-                                                          "threads", "torch", "transformers", "stabilizers")))
+                                                          "threads", "torch", "transformers", "stabilizers",
+                                                          "fused")))
     rows = []
     print(f"| family | length | method | ms / attribution | ratio vs {reference} | peak mem (MiB) |")
     print("|---|---:|---|---:|---:|---:|")

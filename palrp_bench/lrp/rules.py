@@ -25,17 +25,25 @@ weights and/or scales the keys of chosen tokens, without any model twin knowing 
 """
 from __future__ import annotations
 
+import logging
+import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
+from ..errors import BadInputError
+
 __all__ = [
     "scale_grad",
     "stabilize",
+    "stabilized_grad",
+    "fused_stabilizers",
+    "FUSED_STABILIZERS_ENV",
     "activation",
     "product",
     "rms_norm",
@@ -74,6 +82,96 @@ def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
     return _ScaleGrad.apply(x, factor)
 
 
+#: environment variable choosing how the stabilisers' backward runs (:func:`fused_stabilizers`)
+FUSED_STABILIZERS_ENV = "PALRP_FUSED_STABILIZERS"
+#: ``auto``: one compiled kernel on CUDA, the eager expression elsewhere; ``compile``: compiled on every device
+#: (the CPU then needs a C++ compiler); ``off``: the eager expression everywhere
+FUSED_STABILIZER_MODES = ("auto", "compile", "off")
+#: smallest tensor the compiled kernel takes: a compiled call costs about 55 us of host time (guards, launch) against
+#: about 10 us for the four eager passes of a small tensor, so below this size the eager expression is cheaper
+#: (docs/engine.md, "Cost of the stabilisers")
+FUSED_MIN_ELEMENTS = 1 << 20
+_log = logging.getLogger(__name__)
+
+
+def _stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
+    """``grad * z / (z + eps)``, 0 where ``z / (z + eps)`` is not finite: the backward of :func:`stabilize`.
+
+    Eager, this is four elementwise passes over one temporary (it runs on every linear output and sum of every
+    layer); ``z + eps == 0`` only where ``z == -eps != 0``, so the division gives +-inf exactly there, set to 0
+    (as is the NaN of a non-finite ``z``). Compiled (:func:`_fused_kernel`), the same expression is one kernel
+    that reads ``grad`` and ``z`` once and writes the result."""
+    factor = torch.div(z, z + eps).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return factor.mul_(grad)
+
+
+#: device type -> the compiled kernel, or None once it failed there (then the eager expression runs)
+_FUSED: dict[str, Callable | None] = {}
+#: (device type, dtype) pairs whose compiled kernel has run once without error
+_FUSED_CHECKED: set[tuple[str, torch.dtype]] = set()
+
+
+def fused_stabilizers() -> str:
+    """How the stabilisers' backward runs in this process: ``$PALRP_FUSED_STABILIZERS`` (:data:`FUSED_STABILIZER_MODES`),
+    ``auto`` when unset (docs/engine.md, "Cost of the stabilisers")."""
+    mode = os.environ.get(FUSED_STABILIZERS_ENV, "auto").strip().lower() or "auto"
+    if mode not in FUSED_STABILIZER_MODES:
+        raise BadInputError(f"{FUSED_STABILIZERS_ENV}={mode!r} is not a mode of the fused stabilisers",
+                            f"set it to one of: {', '.join(FUSED_STABILIZER_MODES)} (or unset it)")
+    return mode
+
+
+def _fused_kernel(device_type: str) -> Callable | None:
+    """The compiled :func:`_stabilized_grad` for ``device_type``, or None where the mode leaves it eager or
+    ``torch.compile`` is unavailable (built once per device type; called on flat tensors with dynamic sizes and
+    ``eps`` as an input, so one graph per dtype serves every place of every layer)."""
+    mode = fused_stabilizers()
+    if mode == "off" or (mode == "auto" and device_type != "cuda"):
+        return None
+    if device_type not in _FUSED:
+        try:
+            # emulate_precision_casts: bf16 / fp16 intermediates rounded as the eager ops round them
+            _FUSED[device_type] = torch.compile(_stabilized_grad, dynamic=True, fullgraph=True,
+                                                options={"emulate_precision_casts": True})
+        except Exception as err:  # noqa: BLE001 - no compiler backend here: the eager expression does the same
+            _fused_failed(device_type, err)
+    return _FUSED.get(device_type)
+
+
+def _fused_failed(device_type: str, err: BaseException) -> None:
+    _FUSED[device_type] = None
+    _log.warning("fused stabilisers unavailable on %s (%s: %s); using the eager expression", device_type,
+                 type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
+
+
+@lru_cache(maxsize=None)
+def _in_dtype(eps: float, dtype: torch.dtype) -> float:
+    """``eps`` rounded to ``dtype``, as eager ``z + eps`` rounds a Python scalar before adding it; the compiled
+    kernel gets it rounded so that both add the same number."""
+    return float(torch.tensor(eps, dtype=dtype))
+
+
+def stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
+    """The backward of :func:`stabilize`: compiled into one kernel where :func:`fused_stabilizers` says so and ``z``
+    has at least :data:`FUSED_MIN_ELEMENTS` elements, else eager; equal to float rounding either way. A compiled
+    kernel that fails on its first call for a device and dtype is dropped for that device with one warning, and
+    the eager expression answers."""
+    kernel = _fused_kernel(z.device.type) if z.numel() >= FUSED_MIN_ELEMENTS else None
+    if kernel is None:
+        return _stabilized_grad(grad, z, eps)
+    key = (z.device.type, z.dtype)
+    eps = _in_dtype(eps, z.dtype)
+    if key in _FUSED_CHECKED:
+        return kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
+    try:  # flat: one compiled graph per dtype, whatever the rank
+        out = kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
+    except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler or Triton: same numbers, eager
+        _fused_failed(z.device.type, err)
+        return _stabilized_grad(grad, z, eps)
+    _FUSED_CHECKED.add(key)
+    return out
+
+
 class _Stabilize(torch.autograd.Function):
     """Identity forward; the incoming gradient is multiplied by ``z / (z + eps)`` (0 where ``z + eps == 0``)."""
 
@@ -86,10 +184,7 @@ class _Stabilize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (z,) = ctx.saved_tensors
-        # z / (z + eps) in three passes over one temporary (this runs on every linear output and sum of every
-        # layer); z + eps == 0 only where z == -eps != 0, so the division gives +-inf exactly there, set to 0
-        factor = torch.div(z, z + ctx.eps).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-        return factor.mul_(grad), None
+        return stabilized_grad(grad, z, ctx.eps), None
 
 
 def stabilize(z: torch.Tensor, eps: float) -> torch.Tensor:

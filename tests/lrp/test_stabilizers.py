@@ -125,3 +125,146 @@ def test_stabilize_backward_is_the_factor_and_zero_where_the_denominator_vanishe
     assert torch.equal(grad, kept)
     expected = torch.tensor([2.0 / (2.0 + 1e-3), 2.0 * -0.5 / (-0.5 + 1e-3), 0.0, 0.0], dtype=torch.float64)
     assert torch.allclose(g, expected, rtol=1e-15, atol=0)
+
+
+# ------------------------------------------------------------------------------ the fused backward (docs/engine.md)
+def _slow_stabilized_grad(grad, z, eps):
+    """The backward of ``stabilize`` before it was fused, kept as the reference: the factor in float64, zeroed
+    where it is not finite, times the gradient (rounded to the dtype once, at the end)."""
+    z64, g64 = z.double(), grad.double()
+    eps_in_dtype = float(torch.tensor(eps, dtype=z.dtype))  # eager `z + eps` adds the scalar rounded to z's dtype
+    factor = torch.div(z64, (z64 + eps_in_dtype).to(z.dtype).double())
+    factor = torch.where(torch.isfinite(factor), factor, torch.zeros_like(factor))
+    return factor * g64
+
+
+def _hard_inputs(dtype, eps, shape=(3, 40, 50)):
+    """Values around the denominator's zero (z = -eps exactly, within a few eps of it) and far from it, plus 0,
+    NaN and inf."""
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(shape, generator=gen, dtype=torch.float64) * eps * 4
+    flat = z.view(-1)
+    flat[:50] = -eps
+    flat[50:100] *= 1e6
+    flat[100:103] = torch.tensor([0.0, float("nan"), float("inf")], dtype=torch.float64)
+    return z.to(dtype), torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def _fused_on_cpu_or_skip(monkeypatch):
+    """Compiled stabilisers on the CPU (``PALRP_FUSED_STABILIZERS=compile``, fresh kernel cache), or a skip where
+    torch.compile cannot build a CPU kernel here (no C++ compiler)."""
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    monkeypatch.setattr(rules, "_FUSED", {})
+    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
+    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)  # the tests' small tensors take the compiled kernel too
+    rules.stabilized_grad(torch.ones(3), torch.ones(3), 1e-6)
+    if rules._FUSED.get("cpu") is None:
+        pytest.skip("torch.compile cannot build a CPU kernel on this machine (the fused path is CUDA's default)")
+
+
+def _assert_equal_to_rounding(fused, reference, dtype):
+    """Element by element within 2 ulp of ``dtype`` (relative), zeros and non-finite values where the reference
+    has them; NaN nowhere."""
+    assert fused.dtype == dtype and not torch.isnan(fused).any()
+    ulp = torch.finfo(dtype).eps
+    difference = (fused.double() - reference).abs()
+    assert bool((difference <= 2 * ulp * reference.abs()).all()), float((difference / reference.abs()).nanmax())
+    assert torch.equal(fused == 0, reference == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["off", "compile"])
+def test_the_stabiliser_backward_equals_the_slow_reference_to_rounding(dtype, mode, monkeypatch):
+    if mode == "compile":
+        _fused_on_cpu_or_skip(monkeypatch)
+    else:
+        monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "off")
+    for eps in (1e-8, 0.5e-6, 1e-5):
+        z, grad = _hard_inputs(dtype, eps)
+        leaf = z.clone().requires_grad_(True)
+        out = rules.stabilize(leaf, eps)
+        torch.testing.assert_close(out, z, rtol=0, atol=0, equal_nan=True)  # the forward: the value, bit for bit
+        (g,) = torch.autograd.grad(out, leaf, grad)
+        _assert_equal_to_rounding(g, _slow_stabilized_grad(grad, z, eps), dtype)
+    if mode == "compile":
+        assert ("cpu", dtype) in rules._FUSED_CHECKED  # the compiled kernel answered, not the fallback
+
+
+def test_an_explanation_with_fused_stabilisers_equals_the_eager_one(monkeypatch):
+    """The official stabilisers at every place of a tiny LLaMA, compiled and eager: the same scores to float32
+    rounding (the forward is untouched: the same logit)."""
+    model = make_model("llama")
+    ids = random_ids(2, 9)
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "off")
+    eager = explain(model, ids, method="pa_lrp", stabilizers="official")
+    _fused_on_cpu_or_skip(monkeypatch)
+    fused = explain(model, ids, method="pa_lrp", stabilizers="official")
+    assert torch.equal(fused.logit, eager.logit)
+    scale = eager.scores.abs().max()
+    torch.testing.assert_close(fused.scores, eager.scores, rtol=0, atol=64 * torch.finfo(torch.float32).eps * scale)
+
+
+def test_auto_compiles_on_cuda_only_and_off_never(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(kw) or fn)
+    monkeypatch.setattr(rules, "_FUSED", {})
+    monkeypatch.delenv(rules.FUSED_STABILIZERS_ENV, raising=False)
+    assert rules.fused_stabilizers() == "auto"
+    assert rules._fused_kernel("cpu") is None and not compiled
+    assert rules._fused_kernel("cuda") is rules._stabilized_grad and compiled == [
+        {"dynamic": True, "fullgraph": True, "options": {"emulate_precision_casts": True}}]
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "off")
+    assert rules._fused_kernel("cuda") is None
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "fast")
+    with pytest.raises(BadInputError, match="PALRP_FUSED_STABILIZERS='fast'") as err:
+        rules.fused_stabilizers()
+    assert "auto, compile, off" in err.value.fix and "\n" not in str(err.value)
+
+
+def test_small_tensors_take_the_eager_expression(monkeypatch):
+    """Below FUSED_MIN_ELEMENTS the compiled call would cost more host time than the four eager passes."""
+    calls = []
+    monkeypatch.setattr(rules, "_FUSED", {"cpu": lambda *a: calls.append(a) or rules._stabilized_grad(*a)})
+    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 100)
+    z, grad = torch.randn(99), torch.randn(99)
+    assert torch.equal(rules.stabilized_grad(grad, z, 1e-6), rules._stabilized_grad(grad, z, 1e-6)) and not calls
+    z, grad = torch.randn(10, 10), torch.randn(10, 10)
+    assert rules.stabilized_grad(grad, z, 1e-6).shape == (10, 10) and len(calls) == 1
+    assert calls[0][0].shape == (100,)  # flat: one compiled graph per dtype, whatever the rank
+
+
+def test_a_kernel_that_fails_leaves_the_eager_expression_with_one_warning(monkeypatch, caplog):
+    calls = []
+
+    def broken(*args):
+        calls.append(args)
+        raise RuntimeError("no C++ compiler found\nlong traceback")
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: broken)
+    monkeypatch.setattr(rules, "_FUSED", {})
+    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
+    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    z, grad = _hard_inputs(torch.float32, 1e-6)
+    with caplog.at_level("WARNING", logger=rules.__name__):
+        first = rules.stabilized_grad(grad, z, 1e-6)
+        second = rules.stabilized_grad(grad, z, 1e-6)
+    assert len(calls) == 1 and rules._FUSED == {"cpu": None}
+    assert torch.equal(first, rules._stabilized_grad(grad, z, 1e-6)) and torch.equal(first, second)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "RuntimeError: no C++ compiler found" in warnings[0] and "\n" not in warnings[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_cuda_kernel_equals_the_slow_reference_to_rounding(dtype, monkeypatch):
+    monkeypatch.delenv(rules.FUSED_STABILIZERS_ENV, raising=False)  # auto: compiled on CUDA
+    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)
+    for eps in (1e-8, 0.5e-6):
+        z, grad = _hard_inputs(dtype, eps)
+        z, grad = z.cuda(), grad.cuda()
+        g = rules.stabilized_grad(grad, z, eps)
+        _assert_equal_to_rounding(g.cpu(), _slow_stabilized_grad(grad.cpu(), z.cpu(), eps), dtype)
+    assert ("cuda", dtype) in rules._FUSED_CHECKED, "the compiled kernel failed on CUDA (see the warning)"
