@@ -22,12 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..errors import BadInputError
 from .base import TextSample
-from .text_common import (check_tokenizer, check_unique_ids, encode_with_bos, hub_records, iter_local_records,
-                          load_hub_dataset)
+from .text_common import (TextPool, check_tokenizer, check_unique_ids, encode_batch_with_bos, hub_records,
+                          iter_local_records, load_hub_dataset)
 from .registry import register_dataset
 
 HF_NAME = "allenai/ai2_arc"
@@ -90,8 +88,9 @@ def _records(path: str | Path | None) -> list[tuple[str, dict]]:
                                                  optional=_OPTIONAL)]
 
 
-def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> list[TextSample]:
-    """ARC-Easy questions with answer key A-D, train then test, as official MCQA prompts (docs/protocol.md section 2).
+def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> TextPool:
+    """ARC-Easy questions with answer key A-D, train then test, as official MCQA prompts (docs/protocol.md section 2),
+    tokenised when first used (a :class:`~palrp_bench.data.text_common.TextPool`).
 
     ``path``: a folder with ``train-*.parquet`` and ``test-*.parquet`` (or ``.jsonl``), possibly inside an
     ``ARC-Easy/`` subfolder (the hub layout), a ``save_to_disk`` folder, or one file taken as the complete,
@@ -101,23 +100,28 @@ def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | N
     check_tokenizer(tokenizer)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise BadInputError(f"limit must be a non-negative int or None, got {limit!r}", "e.g. limit=None")
-    samples = []
-    records = _records(path)
-    for split, record in tqdm(records, desc="tokenising ARC-Easy", disable=None if len(records) > 200 else True):
-        if limit is not None and len(samples) >= limit:
+    questions = []
+    for split, record in _records(path):
+        if limit is not None and len(questions) >= limit:
             break
         arc_id, question, choices, key = _normalise(record)
         if key not in ANSWER_LETTERS:
             continue
-        prompt = format_mcqa_prompt(question, choices)
-        sample_id = f"arc-easy-{arc_id}"
-        ids, _ = encode_with_bos(tokenizer, prompt, max_length=None, what=sample_id)
-        samples.append(TextSample(sample_id=sample_id, input_ids=ids, label=ANSWER_LETTERS.index(key),
-                                  meta={"answer_letter": key, "question": question, "choices": choices,
-                                        "n_choices": len(choices), "source_split": split, "prompt": prompt,
-                                        "n_tokens": len(ids), "n_pad": 0}))
-    check_unique_ids(samples, "ARC-Easy")
-    return samples
+        questions.append((f"arc-easy-{arc_id}", split, question, choices, key, format_mcqa_prompt(question, choices)))
+
+    def build(positions: list[int]) -> list[TextSample]:
+        chosen = [questions[p] for p in positions]
+        encoded = encode_batch_with_bos(tokenizer, [q[5] for q in chosen], max_length=None,
+                                        whats=[q[0] for q in chosen])
+        return [TextSample(sample_id=sample_id, input_ids=ids, label=ANSWER_LETTERS.index(key),
+                           meta={"answer_letter": key, "question": question, "choices": choices,
+                                 "n_choices": len(choices), "source_split": split, "prompt": prompt,
+                                 "n_tokens": len(ids), "n_pad": 0})
+                for (sample_id, split, question, choices, key, prompt), (ids, _) in zip(chosen, encoded)]
+
+    pool = TextPool([q[0] for q in questions], build)
+    check_unique_ids(pool, "ARC-Easy")
+    return pool
 
 
 def answer_letter_from_token(token: str | None) -> str | None:
@@ -165,6 +169,6 @@ def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[st
 
 
 @register_dataset("arc")
-def _arc_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+def _arc_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=arc``: ARC-Easy with the official prompt (no options)."""
     return load_arc_easy(tokenizer, path=path, limit=limit)

@@ -15,7 +15,9 @@ Two sources:
   ``sample_id`` = ``imdb-hf-{split}-{row:05d}`` with the dataset's own row index.
 
 Tokenisation as the official loader: tokenizer special tokens (BOS), truncation to ``max_length = 512``
-tokens including BOS, right padding to ``max_length`` with the EOS id (``pad = eos``). ``meta`` carries
+tokens including BOS, right padding to ``max_length`` with the EOS id (``pad = eos``). Reviews are tokenised when
+first used (a run of 48 samples tokenises about 48 of the 5000), many per tokenizer call
+(:class:`~palrp_bench.data.text_common.TextPool`); the texts are checked when loaded. ``meta`` carries
 ``n_tokens`` (the attention-mask length, i.e. real tokens incl. BOS), ``n_pad``, ``truncated`` and the text.
 With ``pad_to_max=False`` the official ``--no-padding`` variant is approximated: no padding, but still
 truncated to ``max_length`` (the official code did not truncate in that mode).
@@ -28,12 +30,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..errors import BadInputError, MissingDataError
 from .base import TextSample
-from .text_common import (check_max_length, check_tokenizer, check_unique_ids, default_data_dir, encode_with_bos,
-                          hub_records, iter_local_records, load_hub_dataset, pad_right)
+from .text_common import (TextPool, check_max_length, check_text, check_tokenizer, check_unique_ids,
+                          default_data_dir, encode_batch_with_bos, hub_records, iter_local_records, load_hub_dataset,
+                          pad_right)
 from .registry import register_dataset
 
 #: Label index -> sentiment name (official mapping: positive -> 0, negative -> 1).
@@ -174,21 +176,31 @@ def _check_limit(limit: int | None, name: str = "limit") -> None:
         raise BadInputError(f"{name} must be a non-negative int or None, got {limit!r}", f"e.g. {name}=5000")
 
 
-def _tokenise(rows: list[_Row], tokenizer: Any, max_length: int, pad_to_max: bool, desc: str) -> list[TextSample]:
+def _tokenise(rows: list[_Row], tokenizer: Any, max_length: int, pad_to_max: bool) -> TextPool:
+    """The rows as a :class:`TextPool`: texts checked now, tokenised when first used, many per tokenizer call."""
     pad_id = tokenizer.eos_token_id
     if pad_id is None:
         raise BadInputError(f"tokenizer {type(tokenizer).__name__} has no EOS token",
                             "set tokenizer.eos_token (IMDB pads with EOS, docs/protocol.md section 2)")
-    samples = []
-    for row in tqdm(rows, desc=desc, disable=None if len(rows) > 200 else True):
-        ids, truncated = encode_with_bos(tokenizer, row.text, max_length=max_length, what=row.sample_id)
-        n_tokens = len(ids)
-        ids, n_pad = pad_right(ids, max_length, pad_id) if pad_to_max else (ids, 0)
-        meta = dict(row.meta, n_tokens=n_tokens, n_pad=n_pad, truncated=truncated, text=row.text,
-                    label_name=IMDB_LABELS[row.label])
-        samples.append(TextSample(sample_id=row.sample_id, input_ids=ids, label=row.label, meta=meta))
-    check_unique_ids(samples, "IMDB")
-    return samples
+    for row in rows:
+        check_text(row.text, row.sample_id)
+
+    def build(positions: list[int]) -> list[TextSample]:
+        chosen = [rows[p] for p in positions]
+        encoded = encode_batch_with_bos(tokenizer, [r.text for r in chosen], max_length=max_length,
+                                        whats=[r.sample_id for r in chosen])
+        samples = []
+        for row, (ids, truncated) in zip(chosen, encoded):
+            n_tokens = len(ids)
+            ids, n_pad = pad_right(ids, max_length, pad_id) if pad_to_max else (ids, 0)
+            meta = dict(row.meta, n_tokens=n_tokens, n_pad=n_pad, truncated=truncated, text=row.text,
+                        label_name=IMDB_LABELS[row.label])
+            samples.append(TextSample(sample_id=row.sample_id, input_ids=ids, label=row.label, meta=meta))
+        return samples
+
+    pool = TextPool([r.sample_id for r in rows], build)
+    check_unique_ids(pool, "IMDB")
+    return pool
 
 
 def _ordered_rows(source: str, path: str | Path | None, split: str, frame=None) -> list[_Row]:
@@ -202,8 +214,9 @@ def _ordered_rows(source: str, path: str | Path | None, split: str, frame=None) 
 
 def load_imdb(source: ImdbSource = "kaggle_csv", path: str | Path | None = None, split: str = "test",
               limit: int | None = OFFICIAL_LIMIT, *, tokenizer: Any, max_length: int = IMDB_MAX_LENGTH,
-              pad_to_max: bool = True) -> list[TextSample]:
-    """The first ``limit`` IMDB rows of ``split`` in evaluation order, tokenised (docs/protocol.md section 2).
+              pad_to_max: bool = True) -> TextPool:
+    """The first ``limit`` IMDB rows of ``split`` in evaluation order, tokenised (docs/protocol.md section 2) when
+    first used: a :class:`~palrp_bench.data.text_common.TextPool` (``list(...)`` tokenises them all).
 
     Defaults are the official evaluation set: Kaggle CSV, test part of the 70/30 split, first 5000 rows,
     right-padded to 512 with EOS. ``label`` is 0 for positive, 1 for negative. ``path``: the CSV (or its
@@ -217,7 +230,7 @@ def load_imdb(source: ImdbSource = "kaggle_csv", path: str | Path | None = None,
     check_max_length(max_length)
     rows = _ordered_rows(source, path, split)
     rows = rows if limit is None else rows[:limit]
-    return _tokenise(rows, tokenizer, max_length, pad_to_max, f"tokenising IMDB {split}")
+    return _tokenise(rows, tokenizer, max_length, pad_to_max)
 
 
 def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str | Path | None = None,
@@ -252,15 +265,13 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
     if not validation_rows:
         raise BadInputError(f"no IMDB rows left for validation ({len(train_rows)} train rows, train_size="
                             f"{train_size})", "lower train_size or use validation='official_test'")
-    return ImdbSplits(train=_tokenise(train_rows[:train_size], tokenizer, max_length, pad_to_max,
-                                      "tokenising IMDB train"),
-                      validation=_tokenise(validation_rows, tokenizer, max_length, pad_to_max,
-                                           "tokenising IMDB validation"),
+    return ImdbSplits(train=list(_tokenise(train_rows[:train_size], tokenizer, max_length, pad_to_max)),
+                      validation=list(_tokenise(validation_rows, tokenizer, max_length, pad_to_max)),
                       validation_kind=validation)
 
 
 @register_dataset("imdb")
-def _imdb_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+def _imdb_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=imdb``: options ``source`` (kaggle_csv | hf), ``split``, ``max_length``."""
     return load_imdb(source=options.get("source", "kaggle_csv"), path=path, split=options.get("split", "test"),
                      limit=limit, tokenizer=tokenizer, max_length=int(options.get("max_length", IMDB_MAX_LENGTH)))

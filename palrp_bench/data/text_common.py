@@ -2,7 +2,11 @@
 
 * Tokenising exactly as the official code did (docs/protocol.md section 2): the tokenizer's own special tokens
   (``add_special_tokens=True``, so BOS first for LLaMA tokenizers) and the tokenizer's own truncation to
-  ``max_length`` *including* BOS; IMDB then right-pads with the EOS id (``pad = eos``).
+  ``max_length`` *including* BOS; IMDB then right-pads with the EOS id (``pad = eos``). Many texts go to the
+  tokenizer in one call (:func:`encode_batch_with_bos`: what a fast tokenizer is fast at), with the same ids as
+  one call per text.
+* Tokenising only what a run uses: a :class:`TextPool` knows its sample ids (sharding, selection, resume need
+  nothing else) and tokenises a sample when it is first touched, a batch or a selection chunk per tokenizer call.
 * Reading local copies of the datasets in their published formats (Hugging Face parquet shards, JSON lines,
   CSV, ``datasets.save_to_disk`` folders), so every loader works offline.
 * Reaching the Hugging Face hub without hanging: offline mode (``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``)
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
 
 __all__ = [
     "DATA_DIR_ENV", "default_data_dir", "one_line", "check_tokenizer", "check_max_length", "encode_with_bos",
-    "pad_right", "attention_mask", "check_unique_ids", "find_split_files", "iter_local_records",
+    "encode_batch_with_bos", "check_text", "TextPool", "pad_right", "attention_mask", "check_unique_ids", "find_split_files", "iter_local_records",
     "hub_offline", "hub_reachable", "load_hub_dataset", "hub_records", "real_token_count",
 ]
 
@@ -64,26 +68,118 @@ def check_max_length(max_length: int | None, *, allow_none: bool = False) -> Non
         raise BadInputError(f"max_length must be an int >= 2, got {max_length!r}", "use e.g. max_length=512")
 
 
+def check_text(text: Any, what: str) -> str:
+    """``text`` if it is a non-empty string, else a one-line :class:`BadInputError` naming the sample ``what``."""
+    if not isinstance(text, str) or not text.strip():
+        raise BadInputError(f"{what} has an empty text", "drop that row from the data file or fix it")
+    return text
+
+
 def encode_with_bos(tokenizer: Any, text: str, *, max_length: int | None, what: str) -> tuple[list[int], bool]:
     """Token ids of ``text`` with BOS first, at most ``max_length`` long (BOS included); and whether it was cut.
 
     Uses the tokenizer's own special tokens and truncation (``tokenizer(text, add_special_tokens=True,
     truncation=True, max_length=max_length)``), as the official loaders did. A tokenizer that does not add BOS
     by itself gets it prepended (docs/protocol.md section 2: BOS is always part of the input). ``what`` names the
-    sample in error messages.
+    sample in error messages. One text of :func:`encode_batch_with_bos`.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise BadInputError(f"{what} has an empty text", "drop that row from the data file or fix it")
+    return encode_batch_with_bos(tokenizer, [text], max_length=max_length, whats=[what])[0]
+
+
+def encode_batch_with_bos(tokenizer: Any, texts: Sequence[str], *, max_length: int | None,
+                          whats: Sequence[str]) -> list[tuple[list[int], bool]]:
+    """:func:`encode_with_bos` of every text, in at most two calls of the tokenizer on the whole list: all texts
+    untruncated, then the ones longer than ``max_length`` again with the tokenizer's truncation. A tokenizer
+    encodes each text of a list as it encodes it alone (no padding is asked for), so the ids are those of one
+    call per text."""
+    texts = [check_text(text, what) for text, what in zip(texts, whats, strict=True)]
+    if not texts:
+        return []
     bos = tokenizer.bos_token_id
-    full = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-    if not full or full[0] != bos:
-        full = [bos] + full
-    if max_length is None or len(full) <= max_length:
-        return full, False
-    cut = list(tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"])
-    if not cut or cut[0] != bos:
-        cut = [bos] + cut
-    return cut[:max_length], True
+
+    def with_bos(ids) -> list[int]:
+        ids = list(ids)
+        return ids if ids and ids[0] == bos else [bos] + ids
+
+    out: list[tuple[list[int], bool] | None] = []
+    long = []
+    for i, ids in enumerate(tokenizer(texts, add_special_tokens=True)["input_ids"]):
+        ids = with_bos(ids)
+        if max_length is None or len(ids) <= max_length:
+            out.append((ids, False))
+        else:
+            out.append(None)
+            long.append(i)
+    if long:
+        cut = tokenizer([texts[i] for i in long], add_special_tokens=True, truncation=True,
+                        max_length=max_length)["input_ids"]
+        for i, ids in zip(long, cut):
+            out[i] = (with_bos(ids)[:max_length], True)
+    return out  # type: ignore[return-value]
+
+
+#: samples per tokenizer call when a :class:`TextPool` is iterated
+TOKENIZE_CHUNK = 256
+
+
+class TextPool(Sequence):
+    """A text data set in dataset order whose samples are tokenised when first touched (module docstring).
+
+    ``sample_ids`` and ``len`` need no tokenizer. ``pool[i]`` tokenises sample ``i`` (once: samples are kept);
+    ``pool[a:b]`` is a pool of those samples sharing what is tokenised; iterating tokenises
+    :data:`TOKENIZE_CHUNK` samples per call. ``build(positions)`` returns the :class:`TextSample` of those dataset
+    positions, tokenised together (e.g. with :func:`encode_batch_with_bos`)."""
+
+    def __init__(self, sample_ids: Sequence[str], build: Callable[[list[int]], list[TextSample]]):
+        self._ids = list(sample_ids)
+        self._build = build
+        self._done: dict[int, TextSample] = {}
+        self._positions: range = range(len(self._ids))
+
+    @property
+    def sample_ids(self) -> list[str]:
+        return [self._ids[p] for p in self._positions]
+
+    @property
+    def n_tokenised(self) -> int:
+        """Samples of the whole data set tokenised so far."""
+        return len(self._done)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def _tokenise(self, positions: Sequence[int]) -> None:
+        missing = [p for p in positions if p not in self._done]
+        for start in range(0, len(missing), TOKENIZE_CHUNK):
+            chunk = missing[start:start + TOKENIZE_CHUNK]
+            self._done.update(zip(chunk, self._build(chunk), strict=True))
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            view = object.__new__(TextPool)
+            view._ids, view._build, view._done = self._ids, self._build, self._done
+            view._positions = self._positions[index]
+            return view
+        position = self._positions[index]
+        self._tokenise([position])
+        return self._done[position]
+
+    def __iter__(self) -> Iterator[TextSample]:
+        for start in range(0, len(self._positions), TOKENIZE_CHUNK):
+            block = self._positions[start:start + TOKENIZE_CHUNK]
+            self._tokenise(block)
+            yield from (self._done[p] for p in block)
+
+    def __eq__(self, other) -> bool:
+        """Equal to a list (or pool) of the same samples, as the list this replaces was."""
+        if not isinstance(other, (TextPool, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TextPool({len(self)} samples, {self.n_tokenised} tokenised)"
 
 
 def pad_right(input_ids: Sequence[int], length: int, pad_id: int) -> tuple[list[int], int]:
@@ -106,14 +202,16 @@ def attention_mask(sample: TextSample) -> list[int]:
     return [1] * n_tokens + [0] * (len(sample.input_ids) - n_tokens)
 
 
-def check_unique_ids(samples: Iterable[TextSample], what: str) -> None:
-    """Sample ids drive sharding and resume (docs/design.md): duplicates in a data file are an error."""
+def check_unique_ids(samples: Iterable[TextSample] | TextPool, what: str) -> None:
+    """Sample ids drive sharding and resume (docs/design.md): duplicates in a data file are an error (a
+    :class:`TextPool` is checked without tokenising it)."""
     seen: set[str] = set()
-    for sample in samples:
-        if sample.sample_id in seen:
-            raise BadInputError(f"{what} contains the id {sample.sample_id!r} twice",
+    ids = samples.sample_ids if isinstance(samples, TextPool) else (s.sample_id for s in samples)
+    for sample_id in ids:
+        if sample_id in seen:
+            raise BadInputError(f"{what} contains the id {sample_id!r} twice",
                                 "remove the duplicate row from the data file")
-        seen.add(sample.sample_id)
+        seen.add(sample_id)
 
 
 # ----------------------------------------------------------------------------------------------- local files

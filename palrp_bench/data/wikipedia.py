@@ -17,12 +17,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from ..errors import BadInputError
 from .base import TextSample
-from .text_common import (check_max_length, check_tokenizer, check_unique_ids, encode_with_bos, hub_records,
-                          iter_local_records, load_hub_dataset)
+from .text_common import (TextPool, check_max_length, check_text, check_tokenizer, check_unique_ids,
+                          encode_batch_with_bos, hub_records, iter_local_records, load_hub_dataset)
 from .registry import register_dataset
 
 HF_NAME = "wikimedia/wikipedia"
@@ -40,8 +38,9 @@ def _how_to_get() -> str:
 
 
 def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | None = OFFICIAL_LIMIT,
-                   max_length: int = WIKI_MAX_LENGTH) -> list[TextSample]:
-    """The first ``limit`` Wikipedia articles, tokenised with BOS and truncated to ``max_length`` tokens.
+                   max_length: int = WIKI_MAX_LENGTH) -> TextPool:
+    """The first ``limit`` Wikipedia articles, tokenised with BOS and truncated to ``max_length`` tokens when first
+    used (a :class:`~palrp_bench.data.text_common.TextPool`).
 
     ``path``: a parquet / JSON-lines / CSV file with columns ``id, url, title, text``, a folder of
     ``train-*`` shards (hub layout), or a ``save_to_disk`` folder; ``None`` streams the hub (or reads its
@@ -58,19 +57,23 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
         records = hub_records(stream, name=HF_NAME, how_to_get=how)
     else:
         records = iter_local_records(path, "train", _COLUMNS, what="Wikipedia", how_to_get=how)
-    samples = []
-    for record in tqdm(islice(records, limit), desc="tokenising Wikipedia", total=limit,
-                       disable=None if (limit or 0) > 200 else True):
-        sample_id = f"wiki-{record['id']}"
-        ids, truncated = encode_with_bos(tokenizer, str(record["text"]), max_length=max_length, what=sample_id)
-        samples.append(TextSample(sample_id=sample_id, input_ids=ids, label=None,
-                                  meta={"title": str(record["title"]), "url": str(record["url"]),
-                                        "n_tokens": len(ids), "n_pad": 0, "truncated": truncated}))
-    check_unique_ids(samples, "Wikipedia")
-    return samples
+    articles = [(f"wiki-{record['id']}", check_text(str(record["text"]), f"wiki-{record['id']}"),
+                 str(record["title"]), str(record["url"])) for record in islice(records, limit)]
+
+    def build(positions: list[int]) -> list[TextSample]:
+        chosen = [articles[p] for p in positions]
+        encoded = encode_batch_with_bos(tokenizer, [a[1] for a in chosen], max_length=max_length,
+                                        whats=[a[0] for a in chosen])
+        return [TextSample(sample_id=sample_id, input_ids=ids, label=None,
+                           meta={"title": title, "url": url, "n_tokens": len(ids), "n_pad": 0, "truncated": truncated})
+                for (sample_id, _, title, url), (ids, truncated) in zip(chosen, encoded)]
+
+    pool = TextPool([a[0] for a in articles], build)
+    check_unique_ids(pool, "Wikipedia")
+    return pool
 
 
 @register_dataset("wikipedia")
-def _wikipedia_dataset(path, limit, options, tokenizer) -> list[TextSample]:
+def _wikipedia_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=wikipedia``: option ``max_length``."""
     return load_wikipedia(tokenizer, path=path, limit=limit, max_length=int(options.get("max_length", WIKI_MAX_LENGTH)))

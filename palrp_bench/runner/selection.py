@@ -43,6 +43,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..atomic_io import write_json_atomic
+from ..data.registry import sample_ids_of
 from ..errors import BadInputError
 from ..schema import Selection
 from .plan import Cell
@@ -181,7 +182,7 @@ def select_samples(pool: list, cell: Cell, adapter, bundle, ctx, run_dir: Path, 
     task = cell.task
     if task.pool_size is not None:
         pool = pool[:task.pool_size]
-    ids = [s.sample_id for s in pool]
+    ids = sample_ids_of(pool)  # a lazy pool (text, images) knows its ids without loading a sample
     if len(set(ids)) != len(ids):
         raise BadInputError(f"dataset of task {task.name!r} has duplicate sample ids",
                             "every sample needs a unique, stable sample_id (fix the loader)")

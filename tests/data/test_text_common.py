@@ -1,5 +1,7 @@
-"""Shared text helpers: BOS handling, padding, local formats and the never-hanging hub access."""
+"""Shared text helpers: BOS handling, batched tokenising, lazy pools, padding, local formats and the never-hanging
+hub access."""
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +97,73 @@ def test_offline_mode_skips_the_probe_and_reports_the_cache(monkeypatch):
     monkeypatch.setattr(tc, "hub_reachable", lambda *a, **k: pytest.fail("probe must not run offline"))
     with pytest.raises(MissingDataError, match="local cache"):
         tc.load_hub_dataset("palrp-bench/definitely-not-cached", what="X", how_to_get="pass path=...")
+
+
+# --------------------------------------------------------------------- batched tokenising, tokenising what is used
+def _one_call_per_text(tok, text, max_length):
+    """The per-text path as it was before batching (the reference): one tokenizer call per text, a second with
+    the tokenizer's truncation when too long, BOS prepended where the tokenizer adds none."""
+    bos = tok.bos_token_id
+    full = list(tok(text, add_special_tokens=True)["input_ids"])
+    full = full if full and full[0] == bos else [bos] + full
+    if max_length is None or len(full) <= max_length:
+        return full, False
+    cut = list(tok(text, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"])
+    cut = cut if cut and cut[0] == bos else [bos] + cut
+    return cut[:max_length], True
+
+
+def _texts():
+    """The IMDB fixture's reviews and the embedded synthetic reviews and MCQA prompts (a word-level tokenizer:
+    lengths vary, some reviews are longer than the limits below)."""
+    import pandas as pd
+
+    from palrp_bench.data.synthetic_text import make_synthetic_classification, make_synthetic_mcqa
+
+    csv = pd.read_csv(Path(__file__).parent / "fixtures_text" / "imdb" / "IMDB Dataset.csv")
+    return (csv["review"].tolist() + [s.meta["text"] for s in make_synthetic_classification(60, seed=5)]
+            + [s.meta["prompt"] for s in make_synthetic_mcqa(20, seed=5)])
+
+
+@pytest.mark.parametrize("make", ["shipped", "no_bos", "appends_eos"])
+def test_a_batch_of_texts_gets_the_ids_of_one_call_per_text(make):
+    from tokenizers import processors
+
+    tok = build_tiny_tokenizer() if make == "shipped" else tokenizer_without_bos_post_processor()
+    if make == "appends_eos":
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", special_tokens=[("<s>", VOCAB["<s>"]), ("</s>", VOCAB["</s>"])])
+    texts = _texts()
+    lengths = [len(_one_call_per_text(tok, t, None)[0]) for t in texts]
+    for max_length in (None, 8, sorted(lengths)[len(lengths) // 2], max(lengths)):
+        batched = tc.encode_batch_with_bos(tok, texts, max_length=max_length, whats=[str(i) for i in texts])
+        assert batched == [_one_call_per_text(tok, t, max_length) for t in texts]
+        assert [tc.encode_with_bos(tok, t, max_length=max_length, what="x") for t in texts[:5]] == batched[:5]
+    assert any(cut for _, cut in tc.encode_batch_with_bos(tok, texts, max_length=8, whats=texts))
+    with pytest.raises(BadInputError, match="row-2 has an empty text"):
+        tc.encode_batch_with_bos(tok, ["a film", " "], max_length=8, whats=["row-1", "row-2"])
+
+
+def test_a_text_pool_tokenises_what_is_touched_in_batches():
+    from palrp_bench.data.base import TextSample
+
+    calls = []
+
+    def build(positions):
+        calls.append(list(positions))
+        return [TextSample(f"s{p}", [1, p]) for p in positions]
+
+    pool = tc.TextPool([f"s{i}" for i in range(600)], build)
+    assert len(pool) == 600 and pool.sample_ids[:2] == ["s0", "s1"] and pool.n_tokenised == 0
+    assert pool[7].input_ids == [1, 7] and pool[-1].sample_id == "s599" and calls == [[7], [599]]
+    view = pool[10:20]
+    assert view.sample_ids == [f"s{i}" for i in range(10, 20)] and pool.n_tokenised == 2
+    assert [s.input_ids[1] for s in view] == list(range(10, 20)) and calls[-1] == list(range(10, 20))
+    assert view[0] is pool[10] and len(calls) == 3  # tokenised once, shared by the view and the pool
+    assert [s.sample_id for s in pool][:3] == ["s0", "s1", "s2"] and pool.n_tokenised == 600
+    # chunks of TOKENIZE_CHUNK (256) positions, each one call for what it still lacks
+    assert [len(c) for c in calls[3:]] == [256 - 11, 256, 600 - 2 * 256 - 1] and tc.TOKENIZE_CHUNK == 256
+    with pytest.raises(IndexError):
+        pool[600]
+    with pytest.raises(BadInputError, match="contains the id 's1' twice"):
+        tc.check_unique_ids(tc.TextPool(["s0", "s1", "s1"], build), "pool")

@@ -151,3 +151,21 @@ def test_malformed_csv_files(tok, tmp_path):
         load_imdb(path=empty, split="train", limit=None, tokenizer=tok)
     with pytest.raises(BadInputError, match="tokenizer"):
         load_imdb(path=CSV, tokenizer="meta-llama/Llama-2-7b-hf")
+
+
+def test_the_pool_is_tokenised_when_used_with_the_ids_of_one_call_per_review(tok):
+    """``load_imdb`` checks every text at once but tokenises a review when it is first used, many per tokenizer
+    call; the ids (BOS, truncation including BOS, EOS padding) are those of one tokenizer call per review."""
+    from data.test_text_common import _one_call_per_text
+
+    for source, path in (("kaggle_csv", CSV), ("hf", HF_DIR)):
+        for max_length, pad in ((16, True), (64, True), (16, False)):
+            pool = load_imdb(source, path, split="train", limit=None, tokenizer=tok, max_length=max_length,
+                             pad_to_max=pad)
+            assert pool.n_tokenised == 0 and len(pool.sample_ids) == len(pool)
+            assert pool[3].sample_id == pool.sample_ids[3] and pool.n_tokenised == 1
+            for s in pool:
+                ids, cut = _one_call_per_text(tok, s.meta["text"], max_length)
+                assert s.input_ids[:s.meta["n_tokens"]] == ids and s.meta["truncated"] == cut
+                assert s.input_ids[len(ids):] == ([EOS_ID] * (max_length - len(ids)) if pad else [])
+            assert pool.n_tokenised == len(pool)

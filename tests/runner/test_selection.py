@@ -123,3 +123,28 @@ def test_run_dirs_share_the_user_cache_and_the_manifest_names_the_entry(tmp_path
     assert records[1]["flags_cached"] == SELECTION_CHUNK
     assert records[1]["candidates_forwarded"] == records[1]["candidates_seen"] - SELECTION_CHUNK
     assert not (tmp_path / "a" / "selection").exists()
+
+
+@pytest.mark.parametrize("rule", ["until_correct", "all"])
+def test_a_text_run_tokenises_only_the_candidates_it_forwards_and_the_samples_it_evaluates(tmp_path, monkeypatch,
+                                                                                          rule):
+    """An IMDB run of 4 samples from a 90-review pool tokenises one selection chunk (until_correct) or the 4
+    samples (all), not the pool (data/text_common.py TextPool)."""
+    import pandas as pd
+
+    from palrp_bench.data import imdb
+    from palrp_bench.data.synthetic_text import make_synthetic_classification
+
+    reviews = [s.meta["text"] for s in make_synthetic_classification(300, seed=3)]
+    csv = tmp_path / "IMDB Dataset.csv"
+    pd.DataFrame({"review": reviews, "sentiment": ["positive", "negative"] * 150}).to_csv(csv, index=False)
+    tokenised = []
+    real = imdb.encode_batch_with_bos
+    monkeypatch.setattr(imdb, "encode_batch_with_bos",
+                        lambda tok, texts, **kw: tokenised.extend(texts) or real(tok, texts, **kw))
+    run(compose_cfg(tmp_path / "run", "model=tiny_llama_cls", "task=imdb", f"task.path={csv}", "task.pool_size=90",
+                    "method=grad_x_input", f"task.selection={rule}", "runner.max_samples=4", "runner.quiet=true",
+                    "runner.devices=[cpu]", "task.options.max_length=64"), out=open("/dev/null", "w"))
+    assert read_results(tmp_path / "run").sample_id.nunique() == 4
+    assert len(tokenised) == (SELECTION_CHUNK if rule == "until_correct" else 4)
+    assert len(set(tokenised)) == len(tokenised)  # each review once

@@ -10,7 +10,8 @@ An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
 
 * ``model_kinds``: the model kinds it evaluates (``classifier``, ``causal``, ``vit``, ``none``; the preflight
   refuses a cell pairing it with another kind before any model loads, :mod:`palrp_bench.planning.preflight`);
-* ``load_samples(task, bundle) -> list``: the candidate pool in dataset order (stable ``sample_id``s);
+* ``load_samples(task, bundle) -> Sequence``: the candidate pool in dataset order (stable ``sample_id``s; a lazy
+  sequence with ``sample_ids`` loads or tokenises only the samples that are used);
 * ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (tasks with a
   prediction-dependent selection, docs/protocol.md section 2);
 * ``evaluate(bundle, samples, ctx, metrics) -> list[SampleResult]``: explain a batch with the cell's method and

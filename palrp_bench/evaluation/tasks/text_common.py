@@ -25,6 +25,8 @@ Datasets (``task.dataset``) come from :func:`palrp_bench.data.registry.load_data
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -75,9 +77,11 @@ class TextAdapter:
         """The explained length of a sample (the runner batches similar lengths together)."""
         return real_token_count(sample)
 
-    def load_samples(self, task, bundle) -> list[TextSample]:
-        return list(load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
-                                 tokenizer=bundle.tokenizer))
+    def load_samples(self, task, bundle) -> Sequence[TextSample]:
+        """The pool as the loader returns it: real data sets are a
+        :class:`~palrp_bench.data.text_common.TextPool`, tokenised as selection and evaluation touch samples."""
+        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
+                            tokenizer=bundle.tokenizer)
 
     def _causal(self, ctx: JobContext) -> bool:
         return bool(ctx.task.causal)
