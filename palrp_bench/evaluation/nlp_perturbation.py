@@ -12,7 +12,10 @@ unperturbed forward. :data:`TASKS` holds the per-task rules as data (tracked cla
 head the model has).
 
 Every perturbed copy of every sample (11 steps x 2 variants x B samples, plus the unperturbed input; identical
-rows evaluated once) goes through batched forwards of the Hugging Face model, ``batch_size`` rows at a time.
+rows evaluated once) goes through batched forwards of the Hugging Face model, ``batch_size`` rows at a time. A
+causal LM's rows are read on its device: each sample's unperturbed row first (its arg-max is the tracked token),
+then the perturbed rows, each reduced there to its tracked logit and log-sum-exp, so no vocabulary-wide logits
+reach the host (:func:`readout_logits` with ``tracked``).
 
 Official-code facts reproduced under ``protocol="official"`` (github.com/YardenBakish/PE-AWARE-LRP, NLP/utils.py
 ``flip`` / ``flip_arc`` / ``flip_wiki``), each correction being a named switch that ``protocol="corrected"`` turns on:
@@ -337,8 +340,12 @@ class TextReadout:
 
 
 def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: bool = True,
-                   batch_size: int | None = None, show_progress: bool = False) -> torch.Tensor:
-    """Logits the perturbation protocol reads for each row: ``[R, C]`` (classifier) or ``[R, V]`` (causal LM).
+                   batch_size: int | None = None, show_progress: bool = False,
+                   tracked: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits the perturbation protocol reads for each row: ``[R, C]`` (classifier) or ``[R, V]`` (causal LM); with
+    ``tracked`` (one class per row, ``-1`` = the row's arg-max) only what the curves need of each row, reduced on the
+    model's device: ``[R, 3]`` float64 (the tracked class, its logit, the row's log-sum-exp), so a causal LM's
+    vocabulary-wide logits never leave the device (:func:`_tracked_stats`).
 
     The head reads the hidden state at the last real position (last ``attention_mask == 1``; right padding).
     A sequence classifier without ``score`` (BERT, RoBERTa: they pool the first token) runs whole with the mask.
@@ -347,7 +354,8 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
     official protocol turns pads into UNK. Causal runs pass the 2D mask (the library adds the causal part);
     non-causal runs (``causal=False``, the official ARC / Wikipedia defect) pass a 4D additive float mask
     ``[R, 1, T, T]`` that allows every real key. Columns after the last real position of every row in a chunk are
-    dropped: they cannot reach the read-out position. Returns float32 on the CPU, computed without gradients.
+    dropped: they cannot reach the read-out position. Returns float32 (``tracked``: float64) on the CPU, computed
+    without gradients.
     """
     spec = _task(task)
     readout = TextReadout(model, spec)
@@ -358,6 +366,7 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
         check_right_padded(mask[index], index)
     if spec.head == "classifier" and not causal:
         raise BadInputError("causal=False is not defined for task 'imdb'", "drop causal=False")
+    track = None if tracked is None else _per_sample_ints("tracked", tracked, ids.shape[0])
     device, dtype = _model_device_and_dtype(model)
     chunk = batch_size or ids.shape[0]
     outputs = []
@@ -384,8 +393,24 @@ def readout_logits(model, input_ids, attention_mask=None, *, task: str, causal: 
                 raise UnsupportedModelError(f"causal=False (the official non-causal runs) needs a model whose forward "
                                             f"takes a 4D attention mask; {type(model).__name__} does not "
                                             f"({type(err).__name__})", "use the causal task") from None
-            outputs.append(logits.float().cpu())
+            if track is None:
+                outputs.append(logits.float().cpu())
+            else:
+                outputs.append(_tracked_stats(logits, track[start:start + chunk].to(logits.device)).cpu())
     return torch.cat(outputs, dim=0)
+
+
+def _tracked_stats(logits: torch.Tensor, tracked: torch.Tensor) -> torch.Tensor:
+    """``[R, 3]`` float64 of ``[R, C]`` logits on their device: the tracked class (the row's arg-max where
+    ``tracked`` is negative), its logit, and the row's log-sum-exp, so that the protocol's softmax probability is
+    ``exp(logit - logsumexp)`` (the softmax over every class, as on the whole row, in float64)."""
+    wide = logits.double()
+    index = torch.where(tracked < 0, wide.argmax(dim=-1), tracked)
+    if bool((index >= wide.shape[1]).any()):
+        raise BadInputError(f"tracked class {int(index.max())} is outside the {wide.shape[1]} logits",
+                            "check labels / predicted against the model's output size")
+    picked = wide.gather(1, index[:, None])[:, 0]
+    return torch.stack([index.double(), picked, torch.logsumexp(wide, dim=-1)], dim=1)
 
 
 def _final_softcap(model, task: PerturbationTask) -> float | None:
@@ -468,6 +493,10 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
         tracked = _per_sample_ints("labels", labels, batch)
     else:
         tracked = None if predicted is None else _per_sample_ints("predicted", predicted, batch)
+        if tracked is not None and bool((tracked < 0).any()):
+            b = int(torch.nonzero(tracked < 0)[0, 0])
+            raise BadInputError(f"tracked class {int(tracked[b])} of sample {b} is outside the logits",
+                                "check labels / predicted against the model's output size")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise BadInputError(f"batch_size must be a positive int or None, got {batch_size!r}", "e.g. batch_size=32")
     bos_id = getattr(model.config, "bos_token_id", None)
@@ -490,29 +519,54 @@ def nlp_perturbation_curves(model, input_ids, scores, task="imdb", attention_mas
                                  None if tracked is None else int(tracked[b])))
     all_rows = torch.stack(rows)
     all_masks = torch.stack(row_masks)
-    unique, inverse = torch.unique(torch.cat([all_rows, all_masks], dim=1), dim=0, return_inverse=True)
-    # Similar lengths share a chunk, so each forward is cut to a short width.
-    by_length = torch.argsort(unique[:, length:].sum(dim=1), stable=True)
-    sorted_logits = readout_logits(model, unique[by_length, :length], unique[by_length, length:], task=spec.name,
-                                   causal=settings.causal, batch_size=batch_size, show_progress=show_progress)
-    unique_logits = torch.empty_like(sorted_logits)
-    unique_logits[by_length] = sorted_logits
-    logits = unique_logits[inverse].double()
-
-    num_classes = logits.shape[1]
+    read = dict(task=spec.name, causal=settings.causal, batch_size=batch_size, show_progress=show_progress)
     curves = {variant: {"ac": np.empty((batch, len(NLP_FRACTIONS.x))),
                         "mse": np.empty((batch, len(NLP_FRACTIONS.x)))} for variant in VARIANTS}
-    for b, plan in enumerate(plans):
-        y0 = logits[plan.original_row]
-        target = int(torch.argmax(y0)) if plan.tracked is None else plan.tracked
-        if not 0 <= target < num_classes:
-            raise BadInputError(f"tracked class {target} of sample {b} is outside the {num_classes} logits",
-                                "check labels / predicted against the model's output size")
-        for variant, row_ids in (("generation", plan.generation_rows), ("pruning", plan.pruning_rows)):
-            y = logits[row_ids]
-            curves[variant]["ac"][b] = torch.softmax(y, dim=-1)[:, target].numpy()
-            if spec.mse_over == "all_logits":
+    if spec.mse_over == "all_logits":  # a classifier: every logit counts, and there are few
+        logits = _read_unique(model, all_rows, all_masks, None, read).double()
+        num_classes = logits.shape[1]
+        for b, plan in enumerate(plans):
+            y0 = logits[plan.original_row]
+            target = int(torch.argmax(y0)) if plan.tracked is None else plan.tracked
+            if not 0 <= target < num_classes:
+                raise BadInputError(f"tracked class {target} of sample {b} is outside the {num_classes} logits",
+                                    "check labels / predicted against the model's output size")
+            for variant, row_ids in (("generation", plan.generation_rows), ("pruning", plan.pruning_rows)):
+                y = logits[row_ids]
+                curves[variant]["ac"][b] = torch.softmax(y, dim=-1)[:, target].numpy()
                 curves[variant]["mse"][b] = ((y0 - y) ** 2).sum(dim=-1).numpy()
-            else:
-                curves[variant]["mse"][b] = ((y0[target] - y[:, target]) ** 2).numpy()
+        return curves
+    # the tracked logit of a causal LM: each sample's original row first (its tracked token is its arg-max unless
+    # given), then the perturbed rows, each read at its sample's token on the device (_tracked_stats)
+    originals = torch.tensor([plan.original_row for plan in plans])
+    wanted = torch.tensor([-1 if plan.tracked is None else plan.tracked for plan in plans])
+    first = _read_unique(model, all_rows[originals], all_masks[originals], wanted, read)
+    sample_of_row = torch.repeat_interleave(torch.arange(batch), 1 + 2 * len(NLP_FRACTIONS.x))
+    stats = first[sample_of_row].clone()
+    rest = ~(all_rows == all_rows[originals[sample_of_row]]).all(dim=1)  # rows equal to the original are read
+    stats[rest] = _read_unique(model, all_rows[rest], all_masks[rest], first[sample_of_row[rest], 0].long(), read)
+    probability = torch.exp(stats[:, 1] - stats[:, 2])
+    for b, plan in enumerate(plans):
+        y0 = first[b, 1]
+        for variant, row_ids in (("generation", plan.generation_rows), ("pruning", plan.pruning_rows)):
+            curves[variant]["ac"][b] = probability[row_ids].numpy()
+            curves[variant]["mse"][b] = ((y0 - stats[row_ids, 1]) ** 2).numpy()
     return curves
+
+
+def _read_unique(model, rows: torch.Tensor, masks: torch.Tensor, tracked: torch.Tensor | None, read: dict
+                 ) -> torch.Tensor:
+    """:func:`readout_logits` of ``rows``, each distinct (ids, mask, tracked class) row forwarded once, rows of
+    similar length sharing a forward (so each is cut to a short width); results in the order of ``rows``."""
+    if rows.shape[0] == 0:
+        return torch.empty((0, 3), dtype=torch.float64)
+    length = rows.shape[1]
+    key = torch.cat([rows, masks] + ([] if tracked is None else [tracked[:, None]]), dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    by_length = torch.argsort(unique[:, length:2 * length].sum(dim=1), stable=True)
+    ordered = unique[by_length]
+    out = readout_logits(model, ordered[:, :length], ordered[:, length:2 * length],
+                         tracked=None if tracked is None else ordered[:, 2 * length], **read)
+    unsorted = torch.empty_like(out)
+    unsorted[by_length] = out
+    return unsorted[inverse]

@@ -278,6 +278,34 @@ def test_predicted_overrides_the_tracked_token(lm_model):
     np.testing.assert_allclose(curves["pruning"]["ac"][:, 0], expected, atol=1e-6)
 
 
+def test_a_causal_lm_is_read_on_its_device_at_the_tracked_token(lm_model, monkeypatch):
+    """With ``tracked`` the read-out returns per row (class, logit, log-sum-exp) in float64 instead of the
+    vocabulary-wide logits, which the MCQA / Wikipedia curves then never bring to the host; equal to the values
+    taken from the full logits on the host."""
+    from palrp_bench.evaluation import nlp_perturbation
+
+    ids, mask, _ = _wiki_batch()
+    full = readout_logits(lm_model, ids, mask, task="wikipedia").double()
+    stats = readout_logits(lm_model, ids, mask, task="wikipedia", tracked=torch.tensor([-1, 6, -1]), batch_size=2)
+    index = torch.tensor([int(full[0].argmax()), 6, int(full[2].argmax())])
+    assert stats.dtype == torch.float64 and stats.shape == (3, 3) and torch.equal(stats[:, 0].long(), index)
+    torch.testing.assert_close(stats[:, 1], full[torch.arange(3), index], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(stats[:, 2], torch.logsumexp(full, -1), rtol=1e-6, atol=1e-6)
+    vocabulary = full.shape[1]
+    with pytest.raises(BadInputError, match=f"tracked class {vocabulary} is outside the {vocabulary} logits"):
+        readout_logits(lm_model, ids, mask, task="wikipedia", tracked=torch.tensor([0, vocabulary, 0]))
+    widths = []
+    real = nlp_perturbation.readout_logits
+    monkeypatch.setattr(nlp_perturbation, "readout_logits",
+                        lambda *a, **k: (lambda out: widths.append(out.shape[1]) or out)(real(*a, **k)))
+    nlp_perturbation_curves(lm_model, ids, torch.randn(ids.shape), "mcqa", mask, unk_id=UNK, show_progress=False)
+    assert widths == [3, 3]  # the original rows (their arg-max), then the perturbed rows; never [R, V]
+    for bad in ([-1, 0, 0], [0, 0, vocabulary]):
+        with pytest.raises(BadInputError, match="outside the"):
+            nlp_perturbation_curves(lm_model, ids, torch.randn(ids.shape), "mcqa", mask, unk_id=UNK, predicted=bad,
+                                    show_progress=False)
+
+
 # ----------------------------------------------------------------------------------------- padding, BOS, UNK
 
 

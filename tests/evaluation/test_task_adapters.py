@@ -95,6 +95,50 @@ def test_next_token_causal_switch(tmp_path, text_models):
     assert not np.allclose(out["synthetic_mcqa"][sid], out["synthetic_mcqa_noncausal"][sid])
 
 
+def test_next_token_batches_go_to_the_model_together_and_equal_each_sample_alone(tmp_path, text_models,
+                                                                                   monkeypatch):
+    """MCQA prompts of different lengths (as ARC's 60-110 tokens): one explanation call for the batch, perturbation
+    forwards that carry the rows of several prompts (``runner.forward_batch_size`` rows each), one selection forward
+    per chunk; every sample's values equal those of the sample alone to float32 rounding."""
+    import dataclasses
+    import math
+
+    from palrp_bench.evaluation.nlp_perturbation import TextReadout
+
+    _, causal, tok = text_models
+    cell = _cell(tmp_path, "model=tiny_llama_causal", "task=synthetic_mcqa", "method=pa_lrp")
+    bundle = ModelBundle(cell.model, causal, tok, "cpu")
+    adapter = task_adapter(cell.task.kind)
+    samples = [dataclasses.replace(s, input_ids=s.input_ids[:1] + s.input_ids[1 + 4 * k:],
+                                   meta=dict(s.meta, n_tokens=len(s.input_ids) - 4 * k))
+               for k, s in enumerate(adapter.load_samples(cell.task, bundle)[:6])]
+    lengths = [s.meta["n_tokens"] for s in samples]
+    assert len(set(lengths)) == 6
+    ctx = cell.context("cpu", None, forward_batch_size=64)
+    explained, forwarded = [], []
+    real_explain, real_readout = palrp_bench.explain, TextReadout.__call__
+    monkeypatch.setattr(palrp_bench, "explain",
+                        lambda model, ids, *a, **k: explained.append(tuple(ids.shape)) or real_explain(model, ids, *a,
+                                                                                                      **k))
+    monkeypatch.setattr(TextReadout, "__call__",
+                        lambda self, mask, last, **k: forwarded.append(len(last)) or real_readout(self, mask, last, **k))
+    together = adapter.evaluate(bundle, samples, ctx)
+    assert explained == [(6, max(lengths))]
+    # the 6 prompts (their arg-max is the tracked token), then their perturbed copies in full forwards of 64 rows
+    # (18.5 distinct rows per prompt besides the original: planning/cost.py NEXT_TOKEN_FORWARDS)
+    assert forwarded[0] == 6 and forwarded[1:-1] == [64] * (len(forwarded) - 2) and sum(forwarded[1:]) >= 6 * 18
+    assert len(forwarded) == 1 + math.ceil(sum(forwarded[1:]) / 64)
+    forwarded.clear()
+    flags = adapter.correct(bundle, samples, ctx)
+    assert forwarded == [6]
+    monkeypatch.undo()
+    alone = [adapter.evaluate(bundle, [s], ctx)[0] for s in samples]
+    assert flags == [adapter.correct(bundle, [s], ctx)[0] for s in samples]
+    for sid, values in _values(together).items():
+        np.testing.assert_allclose(values, _values(alone)[sid], rtol=1e-5, atol=1e-6)
+    assert [r.info["explained"] for r in together] == [r.info["explained"] for r in alone]
+
+
 @pytest.mark.parametrize("task", ["synthetic_shapes", "synthetic_shapes_seg"])
 def test_vision_rows(tmp_path, tiny_vit, task):
     from palrp_bench.metrics.segmentation import segmentation_counts
