@@ -411,6 +411,9 @@ class Measured:
     load_model_s: float | None = None
     load_data_s: float | None = None
     per_sample_s: float | None = None
+    #: evaluation seconds per sample after the first batch (warm-up excluded), None when one batch ran
+    steady_sample_s: float | None = None
+    warmup_samples: int = 0  # samples of the excluded first batch
     planned_sample_s: float | None = None  # mode=plan's estimate for the same command (docs/planning.md)
     planned_load_s: float | None = None
     peak_rss_gib: float | None = None
@@ -467,6 +470,16 @@ def _planned(overrides: list[str], run_dir: Path) -> tuple[float | None, float |
     return per_sample, budget.load_seconds
 
 
+def steady_rate(timing: dict, samples: int) -> tuple[float | None, int]:
+    """``(evaluation seconds per sample after the first batch, samples of that batch)`` from a job's ``timing``
+    (``runner/execute.py``: ``evaluate_s``, ``first_batch_s``, ``first_batch_samples``); ``(None, 0)`` when
+    nothing ran after the first batch."""
+    first = int(timing.get("first_batch_samples") or 0)
+    if not 0 < first < samples or timing.get("first_batch_s") is None or timing.get("evaluate_s") is None:
+        return None, 0
+    return (timing["evaluate_s"] - timing["first_batch_s"]) / (samples - first), first
+
+
 def run_target(target: Target, args, work: Path, out: Path | None = None) -> Measured:
     """Build what ``target`` needs under ``work`` (reused), run its pipeline through the CLI with ``args.samples``,
     ``args.device``, ``args.batch_size``, ``args.dtype`` and the ``args.max_minutes`` cap, and return what it
@@ -519,6 +532,7 @@ def run_target(target: Target, args, work: Path, out: Path | None = None) -> Mea
         m.load_model_s, m.load_data_s = timing.get("load_model_s"), timing.get("load_data_s")
         if m.samples and timing.get("evaluate_s") is not None:
             m.per_sample_s = timing["evaluate_s"] / m.samples
+            m.steady_sample_s, m.warmup_samples = steady_rate(timing, m.samples)
         if status.get("peak_device_bytes"):
             m.peak_device_gib = status["peak_device_bytes"] / GIB
     if rc != 0 and not stopped:

@@ -8,7 +8,9 @@ only what is missing.
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
 cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
 the explanations use (``stabilizers``, :func:`check_stabilizers_used`), ``timing`` (``load_model_s``,
-``load_data_s``, ``selection_s``, ``evaluate_s``), ``peak_device_bytes`` (CUDA only) and ``numerics``: the device
+``load_data_s``, ``selection_s``, ``evaluate_s``, and ``first_batch_s`` / ``first_batch_samples``: the part of
+``evaluate_s`` the first batch took, warm-up included, so that the rest is a steady-state rate),
+``peak_device_bytes`` (CUDA only) and ``numerics``: the device
 kind and the TF32 flags the job computed with (the cell's ``tf32`` switch, applied for the whole job by
 :func:`palrp_bench.numerics.tf32_mode`).
 """
@@ -261,6 +263,9 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
                             raise
                         sizer.worked()
                         start += len(batch)
+                        if "first_batch_s" not in timing:  # warm-up (kernels, allocator, autotuning) is in it
+                            timing["first_batch_s"] = round(time.monotonic() - mark, 3)
+                            timing["first_batch_samples"] = len(batch)
                         if [r.sample_id for r in results] != [s.sample_id for s in batch]:
                             raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
                                                "of order or incomplete")  # a programming error, not a user one

@@ -43,6 +43,14 @@ def test_arc_and_wikipedia_in_the_hub_layout_read_by_the_real_loaders(tokenizer,
     assert len(wiki) == 200 and sum(s.meta["truncated"] for s in wiki) > 100
 
 
+def test_the_steady_rate_leaves_the_first_batch_out():
+    """Seconds per sample after the first batch (warm-up), from a job's timing (runner/execute.py)."""
+    timing = {"evaluate_s": 10.0, "first_batch_s": 4.0, "first_batch_samples": 16}
+    assert rehearse.steady_rate(timing, 64) == (6.0 / 48, 16)
+    assert rehearse.steady_rate(timing, 16) == (None, 0)  # one batch: nothing after the warm-up
+    assert rehearse.steady_rate({"evaluate_s": 10.0}, 64) == (None, 0)  # a run from before the field existed
+
+
 def test_projection_is_load_plus_paper_samples_times_time_per_sample():
     m = rehearse.Measured("deit_tiny_imagenet", "ok", samples=3, load_model_s=10.0, load_data_s=2.0,
                           per_sample_s=1.5)
