@@ -27,20 +27,26 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def plan_of(overrides: list[str], run_dir: Path):
-    """The :class:`~palrp_bench.planning.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
+def config_of(overrides: list[str], run_dir: Path):
+    """The config ``palrp-bench <overrides> run_dir=<run_dir>`` composes."""
     from hydra import compose, initialize_config_dir
 
     from palrp_bench.catalog import CONFIG_DIR
-    from palrp_bench.planning.budget import plan_budget
-    from palrp_bench.planning.cost import load_constants
-    from palrp_bench.runner.devices import resolve_devices
-    from palrp_bench.runner.plan import plan_cells, plan_jobs
     from palrp_bench.schema import register_schemas
 
     register_schemas()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"run_dir={run_dir}", *overrides])
+        return compose("config", overrides=[f"run_dir={run_dir}", *overrides])
+
+
+def plan_of(overrides: list[str], run_dir: Path):
+    """The :class:`~palrp_bench.planning.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
+    from palrp_bench.planning.budget import plan_budget
+    from palrp_bench.planning.cost import load_constants
+    from palrp_bench.runner.devices import resolve_devices
+    from palrp_bench.runner.plan import plan_cells, plan_jobs
+
+    cfg = config_of(overrides, run_dir)
     cells = plan_cells(cfg)
     devices = resolve_devices(list(cfg.runner.devices))
     return plan_budget(cells, plan_jobs(cfg, cells, devices.n_workers), run_dir, devices.devices, cfg.runner,

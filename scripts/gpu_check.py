@@ -18,6 +18,9 @@ Steps, in this order (``--skip`` leaves any of them out):
 * ``rehearse``: ``scripts/rehearse.py``'s pipeline of every chosen target through the CLI
   (:func:`rehearse.run_target`, ``--samples`` samples each), then the projected time of every paper table
   (:func:`rehearse.project`).
+* ``hours``: ``scripts/bench_gpu.py`` on the chosen targets that price a paper table, ``--hours-samples`` samples
+  each with the first batch (warm-up) left out: each table's projected hours beside its arithmetic floor and the
+  goals for one H100; one row per target and per table.
 * ``bench``: ``scripts/bench_attribution.py`` (on CUDA the issue's shapes: the LLaMA-2-7B preset in bf16 at 512,
   2048 and 4096 tokens), read from its ``--json`` file; one row per length and method.
 
@@ -49,10 +52,11 @@ from typing import Callable, Iterable
 REPO = Path(__file__).resolve().parents[1]
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
+import bench_gpu  # noqa: E402  (scripts/bench_gpu.py: hours per table against the floor and the goals)
 import rehearse  # noqa: E402  (scripts/rehearse.py: targets, their checkpoints and data, measurement)
 
 GIB = 1024 ** 3
-STEPS = ("suite", "calibrate", "rehearse", "bench")
+STEPS = ("suite", "calibrate", "rehearse", "hours", "bench")
 OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
 #: what the bench runs when --bench-args is not given: the issue's GPU shapes, and a quick CPU dry run
 BENCH_ARGS = {"cuda": "--preset llama2_7b --dtype bfloat16 --lengths 512 2048 4096",
@@ -385,6 +389,47 @@ def rehearse_step(check: Check) -> Iterable[Row]:
                    f"priced like pa_lrp")
 
 
+def hours_step(check: Check) -> Iterable[Row]:
+    """``scripts/bench_gpu.py`` on the chosen targets that price a paper table (``--hours-samples`` each, the first
+    batch left out): one row per target (steady seconds per sample against the floor), then one per table and group
+    of tables (projected time, floor, the goal for one H100); ``hours/hours.md`` and ``hours.json`` hold its table."""
+    folder = check.folder("hours")
+    names = [t.name for t in check.targets() if t.tables]
+    if not names:
+        yield Row("hours", "-", SKIPPED, note="none of the chosen targets prices a paper table")
+        return
+    a = check.args
+    args = argparse.Namespace(device=a.device, samples=a.hours_samples, batch_size=a.batch_size, targets=names,
+                              peak_tflops=None, max_minutes=a.max_minutes, work=a.work, out=folder, dtype="config")
+    import torch
+
+    peak, _ = bench_gpu.peak_flops(a.device, None, torch.get_num_threads())
+    results, flops = [], {}
+    for m, f in bench_gpu.measure(args, echo=lambda text: None):
+        results.append(m)
+        flops[m.target] = f
+        row = measured_row(m, a.device)
+        floor = None if not f else f / peak
+        row.step, row.per_sample_s, row.planned_s = "hours", m.steady_sample_s, None
+        row.note = (f"{m.samples - m.warmup_samples} samples after a first batch of {m.warmup_samples}"
+                    if m.steady_sample_s is not None else "one batch only: nothing measured after the warm-up")
+        if floor and m.steady_sample_s is not None:
+            row.note += f"; floor {floor:.3g} s ({m.steady_sample_s / floor:.1f}x)"
+        yield row
+    bench = bench_gpu.summarise(results, flops, args)
+    (folder / "hours.md").write_text(bench.report(a.device) + "\n")
+    (folder / "hours.json").write_text(json.dumps(bench_gpu.as_data(results, flops, bench.rows, args, bench.peak,
+                                                                    bench.peak_note), indent=1) + "\n")
+    for r in bench.rows:
+        status = SKIPPED if r.seconds is None else (OK if r.measured == r.cells else "partial")
+        note = f"{r.measured} of {r.cells} cells measured"
+        if r.seconds is not None:
+            note += f"; floor {bench_gpu._hours(r.floor_s)}" + ("" if r.ratio is None else f" ({r.ratio:.1f}x)")
+        if r.goal_s is not None:
+            note += f"; goal {bench_gpu._hours(r.goal_s)} on one H100: {r.verdict}"
+        yield Row("hours", r.name, status, projected_s=r.seconds, note=note, log=str(folder / "hours.md"))
+
+
 def bench_step(check: Check) -> Iterable[Row]:
     """``scripts/bench_attribution.py`` with ``--bench-args`` on the device; one row per length and method."""
     folder = check.folder("bench")
@@ -406,7 +451,8 @@ def bench_step(check: Check) -> Iterable[Row]:
 def steps_for(check: Check) -> list[tuple[str, Callable[[], Iterable[Row]]]]:
     """The steps in their order (calibration before the rehearsal: its plan estimates use the constants)."""
     return [("suite", lambda: suite_step(check)), ("calibrate", lambda: calibrate_step(check)),
-            ("rehearse", lambda: rehearse_step(check)), ("bench", lambda: bench_step(check))]
+            ("rehearse", lambda: rehearse_step(check)), ("hours", lambda: hours_step(check)),
+            ("bench", lambda: bench_step(check))]
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -470,6 +516,9 @@ def parse_args(argv=None):
     parser.add_argument("--skip", type=_steps, default=[],
                         help=f"comma-separated steps to leave out: {','.join(STEPS)}")
     parser.add_argument("--max-minutes", type=float, default=30.0, help="time cap of each rehearsal target")
+    parser.add_argument("--hours-samples", type=int, default=None,
+                        help="samples per target of the hours step (default: 160 on cuda, 4 on cpu; the first batch "
+                             "is left out)")
     parser.add_argument("--batch-size", default=None,
                         help="runner.batch_size of the rehearsal (default: auto on cuda, 1 on cpu)")
     parser.add_argument("--bench-args", default=None,
@@ -483,6 +532,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.batch_size is None:
         args.batch_size = "auto" if args.device == "cuda" else "1"
+    if args.hours_samples is None:
+        args.hours_samples = 160 if args.device == "cuda" else 4
     return args
 
 
