@@ -62,7 +62,7 @@ def stabilizers_used(model, method="pa_lrp", *, rules=None, protocol="official",
 
 
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
-            rules=None, protocol="official", stabilizers: str | Stabilizers | None = None,
+            foil=None, rules=None, protocol="official", stabilizers: str | Stabilizers | None = None,
             correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
             **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
@@ -82,6 +82,12 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             ``atman`` (see :mod:`palrp_bench.methods.registry`, docs/baselines.md).
         target: ``None`` explains the arg-max (predicted class / next token after the last non-pad position);
             an int or a ``[B]`` tensor selects another output.
+        foil: ``None``, or an int or ``[B]`` tensor of contrast class / token ids: the explained output becomes
+            ``logit[target] - logit[foil]`` (a contrastive explanation; the backward is seeded with +1 at the target
+            logit and -1 at the foil logit, docs/engine.md "Contrastive explanations"). Every method takes it: the
+            gradient methods differentiate the difference, AtMan measures its change, ``attn_rollout`` ignores it
+            (as it ignores the target). A foil out of range, of the wrong batch size or equal to the target is a
+            one-line error.
         aggregation: ``official`` (the official code's token aggregation, default) or ``eq11`` (paper Eq. 11).
         rules: composite name overriding an LRP method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
             ``official_vit``, ``attnlrp_gamma``, ...); methods that are not one LRP pass ignore it.
@@ -109,7 +115,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
 
     Returns:
         :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
-        ``logit``, ``target`` (shapes documented there), on the model's device.
+        ``logit`` (the explained value: the target logit, or the difference with a foil), ``target``,
+        ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device.
     """
     protocol = check_protocol(protocol)
     m = get_method(method)
@@ -134,7 +141,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     prepared = twin.prepare(inputs, attention_mask)
     sinks = m.positional_sinks or not twin.positional.affects_semantic
     attribution = attribute(lambda: twin.run(prepared, composite, positional_sinks=sinks, **options), target,
-                            starting_relevance=twin.starting_relevance)
+                            starting_relevance=twin.starting_relevance, foil=foil)
     parts = twin.summarize(prepared, attribution)
     if twin.modality == "tokens":
         if correct_sign:
@@ -152,6 +159,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         extras = {**parts["extras"], "scores_signed": signed}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
     extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name)
+    if attribution.foil is not None:
+        extras["foil"] = attribution.foil
     return Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
                        logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
                        aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)

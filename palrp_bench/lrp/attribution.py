@@ -11,6 +11,13 @@ otherwise; its starting relevance is
 
 * ``"logit"``: its own value (language models; Gradient x Input seed 1);
 * ``"unit"``: 1.0 (vision; the official code feeds a one-hot vector, i.e. a seed gradient ``1 / logit``).
+
+Contrastive explanations (Yin and Neubig 2022; docs/engine.md "Contrastive explanations"): with a ``foil`` the
+explained output is the difference ``d = logit[target] - logit[foil]``, one scalar per sample, and the starting
+conventions apply to ``d``: under ``"logit"`` its relevance is ``d`` itself (seed gradient +1 at the target logit,
+-1 at the foil logit), under ``"unit"`` it is 1.0 (seeds ``+1/d`` and ``-1/d``). Every rule is a modified gradient,
+linear in the seed, so under ``"logit"`` the contrastive relevance is exactly the target's minus the foil's; under
+``"unit"`` it is that difference divided by ``d``.
 """
 from __future__ import annotations
 
@@ -21,8 +28,8 @@ import torch
 
 from ..errors import BadInputError
 
-__all__ = ["TwinForward", "Attribution", "attribute", "resolve_target", "seed_gradient", "STARTING_RELEVANCE",
-           "embedding_sink"]
+__all__ = ["TwinForward", "Attribution", "attribute", "resolve_target", "resolve_foil", "explained_output",
+           "seed_gradient", "STARTING_RELEVANCE", "embedding_sink"]
 
 def embedding_sink(embedding: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """The token embeddings as a leaf of the graph: the semantic sink, ``R(E) = E * E.grad`` after the backward
@@ -48,13 +55,15 @@ class TwinForward(Protocol):
 
 @dataclass
 class Attribution:
-    """The outcome of :func:`attribute`: the forward record, the explained index and logit ``[B]``, and the
+    """The outcome of :func:`attribute`: the forward record, the explained index and value ``[B]`` (the logit, or
+    with a foil the difference ``logit[target] - logit[foil]``), the foil index ``[B]`` (None without one), and the
     elementwise relevance of every sink (same structure as ``forward.sinks``), in at least float32."""
 
     forward: Any
     target: torch.Tensor
     logit: torch.Tensor
     relevance: dict[str, torch.Tensor | list[torch.Tensor]]
+    foil: torch.Tensor | None = None
 
 
 def resolve_target(target, logits: torch.Tensor) -> torch.Tensor:
@@ -72,6 +81,43 @@ def resolve_target(target, logits: torch.Tensor) -> torch.Tensor:
     if bool((t < 0).any()) or bool((t >= c).any()):
         raise BadInputError(f"target index out of range for {c} outputs", f"use indices in [0, {c - 1}]")
     return t.to(logits.device)
+
+
+def resolve_foil(foil, target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
+    """The contrast class / token per sample: ``None`` (no contrast), an int or a ``[B]`` tensor (on any device),
+    checked like a target and refused where it equals the explained ``target`` (the difference would be 0 with
+    nothing to explain). Returned on the logits' device."""
+    if foil is None:
+        return None
+    b, c = logits.shape
+    f = torch.as_tensor(foil)
+    if f.is_floating_point() or f.is_complex() or f.dtype == torch.bool:
+        raise BadInputError(f"foil must hold integer class/token ids, got dtype {f.dtype}",
+                            "pass one integer id per sample")
+    f = f.long()
+    if f.dim() == 0:
+        f = f.expand(b)
+    if f.shape != (b,):
+        raise BadInputError(f"foil must be an int or a [{b}] tensor, got shape {tuple(f.shape)}",
+                            "pass one contrast class/token id per sample")
+    if bool((f < 0).any()) or bool((f >= c).any()):
+        raise BadInputError(f"foil id out of range for {c} outputs", f"use ids in [0, {c - 1}]")
+    f = f.to(logits.device)
+    same = torch.nonzero(f == target.to(logits.device)).reshape(-1).tolist()
+    if same:
+        shown = ", ".join(str(i) for i in same[:5]) + (", ..." if len(same) > 5 else "")
+        raise BadInputError(f"the foil equals the explained target for sample(s) {shown}",
+                            "pass a foil other than the target (target=None explains the arg-max)")
+    return f
+
+
+def explained_output(logits: torch.Tensor, target: torch.Tensor, foil: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B]`` value explained per sample: ``logits[b, target[b]]``, minus ``logits[b, foil[b]]`` with a foil
+    (module docstring). Differentiable: its gradient is the seed +1 / -1 on the two logits."""
+    explained = logits.gather(1, target[:, None].to(logits.device))[:, 0]
+    if foil is None:
+        return explained
+    return explained - logits.gather(1, foil[:, None].to(logits.device))[:, 0]
 
 
 def seed_gradient(explained: torch.Tensor, starting_relevance: str) -> torch.Tensor:
@@ -99,13 +145,16 @@ def _flatten(sinks: dict) -> tuple[list[tuple[str, int | None]], list[torch.Tens
     return keys, tensors
 
 
-def attribute(run_forward: Callable[[], TwinForward], target=None, *, starting_relevance: str) -> Attribution:
-    """Run ``run_forward()`` with gradients on, explain ``target`` (module docstring) and return the relevance of
-    every sink. Sinks the explained output does not reach get zero relevance."""
+def attribute(run_forward: Callable[[], TwinForward], target=None, *, starting_relevance: str,
+              foil=None) -> Attribution:
+    """Run ``run_forward()`` with gradients on, explain ``target`` (or ``logit[target] - logit[foil]`` with a
+    ``foil``; module docstring) and return the relevance of every sink. Sinks the explained output does not reach
+    get zero relevance."""
     with torch.enable_grad():
         out = run_forward()
         tgt = resolve_target(target, out.logits)
-        explained = out.logits.gather(1, tgt[:, None])[:, 0]
+        contrast = resolve_foil(foil, tgt, out.logits)
+        explained = explained_output(out.logits, tgt, contrast)
         keys, tensors = _flatten(out.sinks)
         grads = torch.autograd.grad(explained, tensors, grad_outputs=seed_gradient(explained, starting_relevance),
                                     allow_unused=True)
@@ -121,4 +170,4 @@ def attribute(run_forward: Callable[[], TwinForward], target=None, *, starting_r
         if isinstance(value, (list, tuple)) and not value:
             relevance[name] = []
     acc = torch.promote_types(explained.dtype, torch.float32)
-    return Attribution(out, tgt, explained.detach().to(acc), relevance)
+    return Attribution(out, tgt, explained.detach().to(acc), relevance, contrast)

@@ -35,8 +35,10 @@ class Explanation:
     * ``extras["scores_signed"]`` ``[B, H, W]``: the map before the final ReLU (protocols that order pixels by
       signed relevance read it).
 
-    Common: ``logit`` ``[B]`` the explained logit value, ``target`` ``[B]`` the explained index,
-    ``extras["forward_passes"]`` / ``["backward_passes"]`` ``[B]`` the model passes each sample cost. Baselines that
+    Common: ``logit`` ``[B]`` the explained value (the target logit; with a foil the difference
+    ``logit[target] - logit[foil]``), ``target`` ``[B]`` the explained index, ``extras["foil"]`` ``[B]`` the foil
+    index (contrastive explanations only), ``extras["forward_passes"]`` / ``["backward_passes"]`` ``[B]`` the model
+    passes each sample cost. Baselines that
     are not one LRP pass (:mod:`palrp_bench.attributors`) fill ``semantic`` with their scores and ``positional``
     with zeros (they put no relevance on the positional encoding).
     """
