@@ -209,6 +209,9 @@ def make_call(twin, prepared, method: Method, params: dict, target, options: dic
     if twin.modality == "tokens":
         index = getattr(out, "explained_index", None)
         index = getattr(out, "last_index", None) if index is None else index
+        if options.get("position") is not None:  # a masked LM's position, now per row of the prepared inputs
+            prepared = dataclasses.replace(prepared, explained_index=index)
+            options = {k: v for k, v in options.items() if k != "position"}
     logits = out.logits.float()
     return AttributorCall(twin, prepared, method, params, resolve_target(target, logits), logits, index, options,
                           batch_size)

@@ -183,13 +183,17 @@ class TextTwin:
                                pool_by_pad=self.is_classifier)
 
     def resolve_position(self, inputs: TextInputs, position) -> torch.Tensor:
-        """The explained position of a masked LM: ``position`` (an int or ``[B]`` ints), else the first token
-        equal to ``config.mask_token_id``. Other heads: their fixed position (``position`` must be None)."""
+        """The explained position of a masked LM: ``position`` (an int or ``[B]`` ints), else the one the inputs
+        carry (``inputs.explained_index``, set once resolved, so rows selected from a batch keep theirs), else the
+        first token equal to ``config.mask_token_id``. Other heads: their fixed position (``position`` must be
+        None)."""
         b, t = inputs.input_ids.shape
         if self.head_kind != "masked_lm":
             if position is not None:
                 raise BadInputError(f"position= is only defined for masked LMs, not for {type(self.model).__name__}",
                                     "drop position= (the explained position is fixed by the head)")
+            return inputs.explained_index
+        if position is None and inputs.explained_index is not None:
             return inputs.explained_index
         if position is None:
             mask_id = getattr(self.config, "mask_token_id", None)

@@ -44,3 +44,17 @@ def test_attention_row_methods_refuse_an_average_pooled_vit():
     cls_model = make_rope_vit("rope_ape")
     for method in BASELINES:
         assert explain(cls_model, x, method=method, params=SMALL.get(method)).scores.shape == (1, 32, 32)
+
+
+@pytest.mark.parametrize("method", ["integrated_gradients", "smoothgrad", "atman"])
+def test_a_masked_lm_position_per_sample_follows_the_rows_of_multi_pass_methods(method):
+    """Multi-pass methods repeat and regroup the samples' rows; each row keeps its own sample's position."""
+    model = make_text("bert", "masked_lm")
+    ids, mask, _ = padded_batch([6, 5], "right")
+    params = {**SMALL.get(method, {}), **({"times_input": True} if method == "smoothgrad" else {})}
+    rel = explain(model, ids, mask, method=method, params=params, position=torch.tensor([1, 3]), batch_size=3)
+    assert rel.extras["explained_index"].tolist() == [1, 3]
+    for b, position in enumerate((1, 3)):
+        alone = explain(model, ids[b:b + 1], mask[b:b + 1], method=method, params=params, position=position)
+        assert torch.allclose(alone.scores, rel.scores[b:b + 1], atol=1e-8), b
+        assert torch.allclose(alone.logit, rel.logit[b:b + 1], atol=1e-10)
