@@ -126,7 +126,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     if not m.is_lrp:
         _stabilizers(twin, model, m, None, stabilizers, protocol)  # its refusals only: baselines take none
         e = run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
-                           batch_size)
+                           batch_size, foil=foil)
         e.extras["stabilizers"] = NONE.name
         return e
     if not m.positional_abs and not twin.positional.multi_sink:

@@ -42,8 +42,9 @@ def get_attributor(name: str) -> Callable[[AttributorCall], AttributorResult]:
 
 
 def run_attributor(twin, prepared, method: Method, params: dict, target, options: dict, aggregation: str,
-                   batch_size: int | None = None) -> Explanation:
-    """Explain the prepared batch with ``method``'s attributor and hyperparameters ``params`` (module docstring)."""
+                   batch_size: int | None = None, foil=None) -> Explanation:
+    """Explain the prepared batch with ``method``'s attributor and hyperparameters ``params`` (module docstring);
+    with a ``foil`` the explained value is ``logit[target] - logit[foil]``."""
     fn = get_attributor(method.attributor)
-    call = make_call(twin, prepared, method, params, target, options, batch_size)
+    call = make_call(twin, prepared, method, params, target, options, batch_size, foil)
     return explanation_of(call, fn(call), aggregation)

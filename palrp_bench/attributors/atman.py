@@ -14,7 +14,9 @@ embedding) has cosine similarity ``s`` with token ``i`` in ``[t, 1]`` is suppres
 
 Relevance of token ``i`` (``score``): ``cross_entropy`` (Deb et al.) = the increase of the explained output's
 cross-entropy when ``i`` is suppressed, ``log p_j(x) - log p_j(x~_i)``; ``logit`` = the drop of the explained logit,
-``f_j(x) - f_j(x~_i)``. The features are the real tokens of a decoder input and the patch tokens of a ViT (painted
+``f_j(x) - f_j(x~_i)``. A contrastive call (``foil`` ``k``) measures the change of the difference instead:
+``d(x) - d(x~_i)`` with ``d = f_j - f_k`` under ``logit`` and ``d = log p_j - log p_k`` under ``cross_entropy``,
+which is the same number (the log-softmax normaliser cancels). The features are the real tokens of a decoder input and the patch tokens of a ViT (painted
 over their pixels). Each sample costs ``N_T + 1`` forwards (one per feature token, plus the unsuppressed
 reference in the same batched passes), no backward; ``batch_size`` rows go through one forward.
 """
@@ -68,11 +70,12 @@ def _feature_embeddings(call: AttributorCall, x: torch.Tensor, b: int, features:
     return patch_embeddings(call.twin, x[b:b + 1])[0]
 
 
-def _explained_score(logits: torch.Tensor, target: int, score: str) -> torch.Tensor:
+def _explained_score(logits: torch.Tensor, target: int, score: str, foil: int | None = None) -> torch.Tensor:
     logits = logits.double()
-    if score == "logit":
-        return logits[:, target]
-    return torch.log_softmax(logits, dim=-1)[:, target]
+    values = logits if score == "logit" else torch.log_softmax(logits, dim=-1)
+    if foil is None:
+        return values[:, target]
+    return values[:, target] - values[:, foil]
 
 
 @register_attributor("atman")
@@ -102,7 +105,8 @@ def atman(call: AttributorCall) -> AttributorResult:
                 rows = torch.full((scale.shape[0],), b, dtype=torch.long, device=x.device)
                 with rules.attention_hooks(key_scale=scale):
                     logits = logits_from(call.twin, select_rows(call.prepared, rows), x[rows], **call.options)
-                values.append(_explained_score(logits, int(call.target[b]), score))
+                values.append(_explained_score(logits, int(call.target[b]), score,
+                                               None if call.foil is None else int(call.foil[b])))
         values = torch.cat(values)
         relevance[b, features] = values[0] - values[1:]
         passes[b] = factors.shape[0]

@@ -3,7 +3,8 @@
 The twin runs its ordinary forward (``grad_x_input`` composite, eager attention) inside
 :func:`palrp_bench.lrp.rules.attention_hooks` with an :class:`~palrp_bench.lrp.rules.AttentionRecorder`, which
 keeps the softmax weights ``A`` ``[B, H, T, T]`` of every layer in order; with ``with_grad`` one backward from the
-explained logits (summed over the batch: every sample's gradient is its own) gives ``dA = d f_j / d A``.
+explained values (summed over the batch: every sample's gradient is its own) gives ``dA = d f_j / d A``, or
+``d (f_j - f_foil) / d A`` for a contrastive call (:func:`~.base.explained_of`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..lrp import rules
-from .base import AttributorCall, input_of, logits_from
+from .base import AttributorCall, explained_of, input_of, logits_from
 
 __all__ = ["LayerAttention", "layer_attention"]
 
@@ -37,7 +38,7 @@ def layer_attention(call: AttributorCall, with_grad: bool) -> list[LayerAttentio
         weights = [w for _, w, _ in recorder.records]
         grads = [None] * len(weights)
         if with_grad:
-            explained = logits.gather(1, call.target[:, None].to(logits.device)).sum()
+            explained = explained_of(call, logits).sum()
             grads = torch.autograd.grad(explained, weights, allow_unused=True)
             grads = [torch.zeros_like(w) if g is None else g for w, g in zip(weights, grads)]
     out = []

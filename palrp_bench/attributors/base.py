@@ -8,6 +8,9 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 * :func:`input_of` / :func:`logits_from`: the model input and the plain forward from any input of that shape
   (the twin's forward under the ``grad_x_input`` composite, i.e. ordinary autograd; its logits equal the
   library's, tests/models/), for every twin family;
+* :func:`explained_of`: the explained value of each row, the target logit or, with a foil, the difference
+  ``logit[target] - logit[foil]`` (a contrastive explanation: every gradient an attributor takes is the gradient of
+  that value, docs/engine.md "Contrastive explanations");
 * :func:`select_rows`: the prepared inputs of chosen samples, repeated as needed (batched multi-pass methods);
 * :func:`attention_row`: the query row of the explained output in the attention matrices (the last real token of
   a decoder, the CLS token of a ViT) and :func:`prefix_tokens` (tokens of a ViT that are not patches).
@@ -17,7 +20,8 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 map of the PA-LRP protocol and ``extras["scores_signed"]`` keeps the signed map; per-patch results are spread over
 their pixels with :func:`palrp_bench.methods.pixel_aggregation.paint_patches` (patch-constant maps, the
 checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``extras["forward_passes"]`` and
-``extras["backward_passes"]`` record each sample's cost.
+``extras["backward_passes"]`` record each sample's cost; ``logit`` is the explained value and ``extras["foil"]`` the
+foil of a contrastive explanation.
 """
 from __future__ import annotations
 
@@ -28,13 +32,14 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedModelError
-from ..lrp.attribution import resolve_target
+from ..lrp.attribution import explained_output, resolve_foil, resolve_target
 from ..lrp.composites import GRAD_X_INPUT
 from ..lrp.explanation import Explanation
 from ..methods.pixel_aggregation import paint_patches
 from ..methods.registry import Method
 
-__all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "select_rows", "attention_row",
+__all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "explained_of", "select_rows",
+           "attention_row",
            "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "sample_seed",
            "explanation_of"]
 
@@ -43,8 +48,10 @@ __all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "sel
 class AttributorCall:
     """One explanation request: the twin and its prepared inputs, the method and its resolved hyperparameters, the
     explained output per sample (``target`` ``[B]``), the plain logits ``[B, C]`` and the explained position of a
-    language model (``explained_index`` ``[B]``, None for images), the twin options (``causal`` for decoders) and the
-    most rows per forward for multi-pass methods (``batch_size``; None = all at once)."""
+    language model (``explained_index`` ``[B]``, None for images), the twin options (``causal`` for decoders), the
+    most rows per forward for multi-pass methods (``batch_size``; None = all at once) and the foil of a
+    contrastive explanation (``foil`` ``[B]`` on the model's device, None without one: the explained value is
+    then ``logit[target] - logit[foil]``, :func:`explained_of`)."""
 
     twin: Any
     prepared: Any
@@ -55,6 +62,7 @@ class AttributorCall:
     explained_index: torch.Tensor | None
     options: dict
     batch_size: int | None = None
+    foil: torch.Tensor | None = None
 
     @property
     def batch(self) -> int:
@@ -100,6 +108,17 @@ def forward_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **opti
 def logits_from(twin, prepared, x: torch.Tensor, composite=GRAD_X_INPUT, **options) -> torch.Tensor:
     """``[B, C]`` logits of :func:`forward_from`."""
     return forward_from(twin, prepared, x, composite, **options).logits
+
+
+def explained_of(call: "AttributorCall", logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """``[R]`` explained value of each row of ``logits`` ``[R, C]``: row ``r`` belongs to sample ``rows[r]``
+    (None: row ``r`` is sample ``r``); the target logit, minus the foil logit for a contrastive call
+    (:func:`palrp_bench.lrp.attribution.explained_output`). Differentiable."""
+    target, foil = call.target, call.foil
+    if rows is not None:
+        target = target.index_select(0, rows.to(target.device))
+        foil = None if foil is None else foil.index_select(0, rows.to(foil.device))
+    return explained_output(logits, target, foil)
 
 
 def select_rows(prepared, rows: torch.Tensor):
@@ -176,9 +195,11 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
     twin, prepared = call.twin, call.prepared
     acc = torch.promote_types(input_of(twin, prepared).dtype, torch.float32)  # float32 at least, float64 stays
     relevance = result.relevance.detach().to(acc)
-    logit = call.logits.gather(1, call.target[:, None])[:, 0].detach().to(acc)
+    logit = explained_of(call, call.logits).detach().to(acc)
     extras: dict = {"forward_passes": result.forward_passes.detach().cpu(),
                     "backward_passes": result.backward_passes.detach().cpu()}
+    if call.foil is not None:
+        extras["foil"] = call.foil
     if twin.modality == "tokens":
         valid = valid_tokens(twin, prepared)
         scores = torch.where(valid, relevance, torch.zeros_like(relevance))
@@ -201,8 +222,9 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
 
 
 def make_call(twin, prepared, method: Method, params: dict, target, options: dict,
-              batch_size: int | None) -> AttributorCall:
-    """Resolve the explained output (arg-max unless ``target`` says otherwise) with one plain forward."""
+              batch_size: int | None, foil=None) -> AttributorCall:
+    """Resolve the explained output (arg-max unless ``target`` says otherwise) and the foil (checked:
+    :func:`palrp_bench.lrp.attribution.resolve_foil`) with one plain forward."""
     with torch.no_grad():
         out = forward_from(twin, prepared, input_of(twin, prepared), **options)
     index = None
@@ -212,6 +234,7 @@ def make_call(twin, prepared, method: Method, params: dict, target, options: dic
         if options.get("position") is not None:  # a masked LM's position, now per row of the prepared inputs
             prepared = dataclasses.replace(prepared, explained_index=index)
             options = {k: v for k, v in options.items() if k != "position"}
-    logits = out.logits.float()
-    return AttributorCall(twin, prepared, method, params, resolve_target(target, logits), logits, index, options,
-                          batch_size)
+    logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))  # float32 at least, float64 stays
+    tgt = resolve_target(target, logits)
+    return AttributorCall(twin, prepared, method, params, tgt, logits, index, options, batch_size,
+                          resolve_foil(foil, tgt, logits))

@@ -3,7 +3,7 @@ weight the last attention map with the gradient").
 
 In the last layer, take the explained output's query row of every head's attention weights ``A^h[r, :]`` (the
 explained token of a decoder, the CLS token of a ViT) and the gradient of the explained logit with respect to them,
-``G^h[r, :]``. The head weight is the mean gradient over the row's feature keys, ``w_h = mean_k G^h[r, k]`` (the
+``G^h[r, :]`` (of ``f_j - f_foil`` for a contrastive call). The head weight is the mean gradient over the row's feature keys, ``w_h = mean_k G^h[r, k]`` (the
 channel weights of Grad-CAM, heads playing the channels); the relevance of key ``k`` is ``mean_h(w_h A^h[r, k])``.
 The feature keys are the real tokens a decoder's row can attend to, or the patch tokens of a ViT (CLS excluded).
 

@@ -6,6 +6,9 @@ sum, Captum's ``method="riemann_right"``). ``captum.attr.IntegratedGradients`` d
 integrates is the twin's plain forward from the input (:func:`~.base.logits_from`), so for a language model the
 integration runs over the embedding output (the AttnLRP paper's choice), for a ViT over the normalised pixels.
 
+A contrastive call (``foil``) integrates the gradient of ``f_j - f_foil`` instead: Captum takes one output index
+per row, so the function it differentiates returns the explained value itself (:func:`~.base.explained_of`).
+
 Hyperparameters (``Method.params``): ``n_steps`` (m; the paper gives none: Captum's default 50), ``method`` (Captum's
 quadrature: its default ``gausslegendre``, far closer to completeness than the Riemann sums at equal cost,
 docs/baselines.md) and ``baseline`` (a constant: 0 = the zero embedding / the zero input, the baseline of the AttnLRP
@@ -19,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import register_attributor
-from .base import AttributorCall, AttributorResult, input_of, logits_from, select_rows
+from .base import AttributorCall, AttributorResult, explained_of, input_of, logits_from, select_rows
 
 __all__ = ["integrated_gradients"]
 
@@ -30,10 +33,11 @@ def reduce_features(attribution: torch.Tensor, modality: str) -> torch.Tensor:
 
 
 def forward_of(call: AttributorCall):
-    """The function Captum differentiates: ``(inputs, rows) -> [R, C]`` logits, with ``rows`` the sample index of
-    each input row (Captum repeats it along with the inputs it expands)."""
+    """The function Captum differentiates: ``(inputs, rows) -> [R]`` explained values (the target logit, or the
+    difference to the foil logit; :func:`~.base.explained_of`), with ``rows`` the sample index of each input row
+    (Captum repeats it along with the inputs it expands), so Captum is called without a ``target``."""
     def forward(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        return logits_from(call.twin, select_rows(call.prepared, rows), x, **call.options)
+        return explained_of(call, logits_from(call.twin, select_rows(call.prepared, rows), x, **call.options), rows)
     return forward
 
 
@@ -46,8 +50,7 @@ def integrated_gradients(call: AttributorCall) -> AttributorResult:
     rows = torch.arange(call.batch, device=x.device)
     ig = IntegratedGradients(forward_of(call), multiply_by_inputs=True)
     with torch.enable_grad():
-        attribution = ig.attribute(x, baselines=float(p["baseline"]), target=call.target.to(x.device),
-                                   additional_forward_args=(rows,), n_steps=int(p["n_steps"]), method=str(p["method"]),
+        attribution = ig.attribute(x, baselines=float(p["baseline"]), additional_forward_args=(rows,), n_steps=int(p["n_steps"]), method=str(p["method"]),
                                    internal_batch_size=call.batch_size)
     passes = torch.full((call.batch,), int(p["n_steps"]), dtype=torch.long)
     return AttributorResult(reduce_features(attribution, call.modality), passes, passes.clone())

@@ -4,9 +4,11 @@ Both are the AttnLRP paper's appendix A.1.4, Eq. 23: with ``R_{-1} = I``, for ev
 last ``R_k = (I + A_k) R_{k-1}``; the explained output's row of the final ``R`` (the explained token of a decoder,
 the CLS token of a ViT) is the relevance of every input token. The two methods differ only in ``A_k``:
 
-* ``attn_rollout``: the head mean of the attention weights, ``A_k = E_h(A_k^h)``;
+* ``attn_rollout``: the head mean of the attention weights, ``A_k = E_h(A_k^h)``; it reads no output, so the
+  target and the foil of a contrastive call change nothing but the row read (the explained position);
 * ``grad_attn_rollout``: the head mean of the positive part of gradient times weights,
-  ``A_k = E_h((dA_k^h * A_k^h)^+)``, the gradient of the explained logit (Chefer et al. 2021a, their rule 5).
+  ``A_k = E_h((dA_k^h * A_k^h)^+)``, the gradient of the explained logit (Chefer et al. 2021a, their rule 5), of
+  ``f_j - f_foil`` for a contrastive call (the positive part makes it no difference of two explanations).
 
 Outlier removal (Gildenblat 2023, as the AttnLRP paper defines it): with discard threshold ``dt`` in [0, 1], every
 entry of ``A_k`` above the ``dt``-quantile ``Q(dt)`` of that layer's entries is set to 0; the quantile runs over the

@@ -5,7 +5,8 @@ AttnLRP paper appendix A.1.3, Eq. 22: ``SmoothGrad(x) = 1/m sum_{k=1..m} grad f_
 language model, the normalised pixels of a ViT). ``captum.attr.NoiseTunnel`` (``nt_type="smoothgrad"``) averages
 Captum's signed ``Saliency`` (the gradient, ``abs=False``) over the noisy copies; ``times_input=True`` averages
 Gradient x Input instead (``InputXGradient``). Per-token scores sum the embedding dimensions, per-pixel scores the
-colour channels.
+colour channels. A contrastive call (``foil``) averages the gradient of ``f_j - f_foil``
+(:func:`~.integrated_gradients.forward_of` returns the explained value of each row).
 
 Hyperparameters: ``sigma`` (the AttnLRP paper tuned it per dataset: 0.05 IMDB, 0.1 Wikipedia, 0.01 ImageNet; its
 Tables 5-7, set in the task configs), ``n_samples`` (m; the paper gives none, 50 as in Smilkov et al.),
@@ -42,7 +43,6 @@ def smoothgrad(call: AttributorCall) -> AttributorResult:
             torch.manual_seed(sample_seed(call.twin, call.prepared, b, 0))
             out.append(tunnel.attribute(x[b:b + 1], nt_type="smoothgrad", nt_samples=n_samples,
                                         nt_samples_batch_size=call.batch_size, stdevs=float(p["sigma"]),
-                                        target=call.target[b:b + 1].to(x.device), additional_forward_args=(rows,),
-                                        **extra))
+                                        additional_forward_args=(rows,), **extra))
     passes = torch.full((call.batch,), n_samples, dtype=torch.long)
     return AttributorResult(reduce_features(torch.cat(out), call.modality), passes, passes.clone())

@@ -16,6 +16,9 @@ from models.families import make_text, padded_batch
 from models.test_vit_twin import images, make_vit
 from models.tiny_llama import make_llama, random_ids
 from palrp_bench import explain
+from palrp_bench.attributors.attention_maps import layer_attention
+from palrp_bench.attributors.base import make_call
+from palrp_bench.attributors.rollout import rollout
 from palrp_bench.errors import BadInputError
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.attribution import attribute
@@ -26,7 +29,8 @@ from palrp_bench.models.registry import twin_for
 D = torch.float64
 MODELS = ["llama", "gpt2", "bert"]
 TOKEN_LRP = [m.name for m in METHODS.values() if m.is_lrp and "tokens" in m.modalities]
-SMALL: dict = {}
+ATTRIBUTORS = sorted({m.name for m in METHODS.values() if not m.is_lrp and "tokens" in m.modalities})
+SMALL = {"integrated_gradients": {"n_steps": 6}, "smoothgrad": {"n_samples": 4}}
 
 
 def tiny(name: str):
@@ -131,6 +135,72 @@ def test_cp_lrp_with_zero_biases_conserves_the_difference(name, start):
     assert torch.allclose(total, expected, atol=1e-9 * float(expected.abs().max()), rtol=0)
 
 
+# ----------------------------------------------------------------------------------------------- attributors
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("method", [m for m in ATTRIBUTORS if m not in ("attn_rollout", "grad_attn_rollout")])
+def test_attributor_contrast_is_the_difference_of_the_two_single_target_explanations(name, method):
+    model, ids, mask, options = tiny(name)
+    target, foil = target_and_foil(model, ids, mask, options)
+    params = SMALL.get(method, {})
+    if method == "smoothgrad" and name != "llama":
+        # every path from a GPT-2 / BERT embedding starts with a LayerNorm, whose input gradient sums to 0 over the
+        # dimensions: the summed gradient is 0 up to rounding, so the scores would say nothing; times input is not
+        params = {**params, "times_input": True}
+    contrast, t, f = _explain_three(model, ids, mask, method, target, foil, params=params, **options)
+    assert torch.equal(contrast.extras["foil"], foil) and "foil" not in t.extras
+    assert close(contrast.logit, t.logit - f.logit)
+    assert contrast.scores.abs().max() > 1e-8
+    assert close(contrast.scores, t.scores - f.scores, rtol=1e-8), (contrast.scores, t.scores - f.scores)
+
+
+@pytest.mark.parametrize("score", ["cross_entropy", "logit"])
+def test_atman_measures_the_change_of_the_difference_under_both_scores(score):
+    """With a foil the log-softmax normaliser cancels: both scores give the same relevance."""
+    model, ids, mask, _ = tiny("gpt2")
+    target, foil = target_and_foil(model, ids, mask, {})
+    contrast, t, f = _explain_three(model, ids, mask, "atman", target, foil, params={"score": score})
+    assert close(contrast.scores, t.scores - f.scores)
+    other = explain(model, ids, mask, method="atman", target=target, foil=foil,
+                    params={"score": "logit" if score == "cross_entropy" else "cross_entropy"})
+    assert close(contrast.scores, other.scores, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gradient_rollout_takes_the_gradient_of_the_difference(name):
+    model, ids, mask, options = tiny(name)
+    target, foil = target_and_foil(model, ids, mask, options)
+    twin = twin_for(model)
+    method = get_method("grad_attn_rollout")
+    params = method.resolved_params()
+
+    def call(t, f=None):
+        return make_call(twin, twin.prepare(ids, mask), method, params, t, dict(options), None, f)
+
+    both, of_t, of_f = (layer_attention(c, with_grad=True) for c in (call(target, foil), call(target), call(foil)))
+    for lc, lt, lf in zip(both, of_t, of_f):
+        assert close(lc.grad, lt.grad - lf.grad)
+        assert torch.equal(lc.weights, lt.weights)
+    maps = [((lt.grad - lf.grad).double() * lt.weights.double()).clamp(min=0).mean(1) for lt, lf in zip(of_t, of_f)]
+    r = rollout(maps, [la.valid for la in of_t], 1.0)
+    rows = call(target).explained_index
+    expected = r[torch.arange(2), rows] * mask
+    got = explain(model, ids, mask, method="grad_attn_rollout", target=target, foil=foil, **options)
+    assert close(got.scores, expected)
+    plain = explain(model, ids, mask, method="grad_attn_rollout", target=target, **options)
+    assert not torch.allclose(got.scores, plain.scores)  # the foil reaches the gradient
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_rollout_ignores_the_foil(name):
+    model, ids, mask, options = tiny(name)
+    target, foil = target_and_foil(model, ids, mask, options)
+    plain = explain(model, ids, mask, method="attn_rollout", target=target, **options)
+    contrast = explain(model, ids, mask, method="attn_rollout", target=target, foil=foil, **options)
+    assert torch.equal(plain.scores, contrast.scores)
+    assert close(contrast.logit, plain.logit - explain(model, ids, mask, method="attn_rollout", target=foil,
+                                                       **options).logit)
+
+
 # ------------------------------------------------------------------------------------------------------ vision
 VISION_LRP = [m.name for m in METHODS.values() if m.is_lrp and "pixels" in m.modalities and m.positional_abs]
 
@@ -155,8 +225,19 @@ def test_vit_contrast_under_the_unit_starting_relevance(method):
     assert torch.equal(contrast.scores, signed.clamp(min=0))
 
 
+def test_vit_attributor_contrast_is_the_difference():
+    model = make_vit("plain", dtype=D)
+    x = images(2)
+    with torch.no_grad():
+        order = model(x).argsort(-1, descending=True)
+    target, foil = order[:, 0], order[:, 2]
+    contrast, t, f = _explain_three(model, x, None, "integrated_gradients", target, foil, params={"n_steps": 5})
+    assert close(contrast.extras["scores_signed"], t.extras["scores_signed"] - f.extras["scores_signed"])
+    assert close(contrast.logit, t.logit - f.logit)
+
+
 # -------------------------------------------------------------------------------------------------- bad foils
-@pytest.mark.parametrize("method", ["attnlrp"])
+@pytest.mark.parametrize("method", ["attnlrp", "integrated_gradients", "attn_rollout"])
 def test_bad_foils_are_one_line_errors(method):
     model, ids, mask, _ = tiny("gpt2")
     target, foil = target_and_foil(model, ids, mask, {})
