@@ -112,6 +112,8 @@ PASSES = {
     "grad_attn_rollout": lambda p, n: (1, 1),
     "grad_cam": lambda p, n: (1, 1),
     "atman": lambda p, n: (n + 1, 0),
+    "gradient_l1": lambda p, n: (1, 1),
+    "gradient_l2": lambda p, n: (1, 1),
 }
 
 METHODS: dict[str, Method] = {}
@@ -181,6 +183,18 @@ register_method(Method(
     dataset_params={"imdb": {"suppression": 0.7}, "wikipedia": {"suppression": 1.0},
                     "imagenet": {"suppression": 1.0, "threshold": 0.1}},
     source="Deb et al. 2023; AttnLRP paper appendix A.1.5, p and t per dataset from its Tables 5-7"))
+
+# -- gradient baselines of "A Close Look at Decomposition-based Attributions for Transformer Language Models" -------
+register_method(Method(
+    "gradient_l1", "L1 norm of the gradient of the explained output w.r.t. each input embedding",
+    attributor="gradient_l1", paper_row="Gradient_l1",
+    source="Simonyan et al. 2014, Li et al. 2016; as defined in section 3.3 of 'A Close Look at "
+           "Decomposition-based Attributions for Transformer Language Models'"))
+register_method(Method(
+    "gradient_l2", "squared L2 norm of the gradient of the explained output w.r.t. each input embedding",
+    attributor="gradient_l2", paper_row="Gradient",
+    source="Simonyan et al. 2014, Li et al. 2016; squared L2 norm as defined in section 3.3 of 'A Close Look at "
+           "Decomposition-based Attributions for Transformer Language Models', its 'Gradient' (section 5.1)"))
 
 
 def get_method(name_or_method: str | Method) -> Method:

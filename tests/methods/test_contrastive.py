@@ -31,6 +31,10 @@ MODELS = ["llama", "gpt2", "bert"]
 TOKEN_LRP = [m.name for m in METHODS.values() if m.is_lrp and "tokens" in m.modalities]
 ATTRIBUTORS = sorted({m.name for m in METHODS.values() if not m.is_lrp and "tokens" in m.modalities})
 SMALL = {"integrated_gradients": {"n_steps": 6}, "smoothgrad": {"n_samples": 4}}
+#: attributors whose scores are no linear function of the explained value: attention rollout reads none, gradient
+#: rollout takes a positive part, the gradient norms a norm (tests/attributors/test_gradient_norms.py checks that
+#: they take the norm of the gradient of the difference)
+NONLINEAR = ("attn_rollout", "grad_attn_rollout", "gradient_l1", "gradient_l2")
 
 
 def tiny(name: str):
@@ -137,7 +141,7 @@ def test_cp_lrp_with_zero_biases_conserves_the_difference(name, start):
 
 # ----------------------------------------------------------------------------------------------- attributors
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("method", [m for m in ATTRIBUTORS if m not in ("attn_rollout", "grad_attn_rollout")])
+@pytest.mark.parametrize("method", [m for m in ATTRIBUTORS if m not in NONLINEAR])
 def test_attributor_contrast_is_the_difference_of_the_two_single_target_explanations(name, method):
     model, ids, mask, options = tiny(name)
     target, foil = target_and_foil(model, ids, mask, options)
