@@ -19,11 +19,11 @@ from .lrp.explanation import Explanation
 from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
 from .methods.pixel_aggregation import signed_pixel_map
 from .methods.registry import get_method
-from .methods.token_aggregation import aggregate_tokens
+from .methods.token_aggregation import aggregate_tokens, check_embeddings, embeddings_switch_applies
 from .models.registry import TWINS, twin_for
 from .protocol import check_protocol
 
-__all__ = ["explain", "stabilizers_used"]
+__all__ = ["explain", "stabilizers_used", "embeddings_used"]
 
 
 def _correct_sign(parts: dict, logit: torch.Tensor) -> None:
@@ -61,8 +61,19 @@ def stabilizers_used(model, method="pa_lrp", *, rules=None, protocol="official",
     return _stabilizers(twin, model, m, composite, stabilizers, protocol).name
 
 
+def embeddings_used(model, method="attnlrp", embeddings: str = "full") -> str | None:
+    """What ``explain(model, ..., method=method, embeddings=embeddings)`` records in ``extras["embeddings"]``,
+    without explaining anything: ``embeddings`` where the switch applies (a text model with learned absolute
+    positions and a method that scores the semantic part alone), None where it changes nothing."""
+    m = get_method(method)
+    twin = twin_for(model)
+    check_embeddings(embeddings)
+    return embeddings if embeddings_switch_applies(m, twin.positional.name, twin.modality) else None
+
+
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
-            foil=None, rules=None, protocol="official", stabilizers: str | Stabilizers | None = None,
+            foil=None, embeddings: str = "full", rules=None, protocol="official",
+            stabilizers: str | Stabilizers | None = None,
             correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
             **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
@@ -89,6 +100,12 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             (as it ignores the target). A foil out of range, of the wrong batch size or equal to the target is a
             one-line error.
         aggregation: ``official`` (the official code's token aggregation, default) or ``eq11`` (paper Eq. 11).
+        embeddings: ``full`` (default) or ``partial``: on a text model with a learned absolute position embedding
+            (GPT-2, OPT, BERT, RoBERTa), whether ``attnlrp``, ``cp_lrp`` and ``grad_x_input`` score each token's full
+            embedding (token + position; the relevance ``pa_lrp`` adds up, BERT's token types left out) or its token
+            embedding alone (every earlier release); recorded in ``extras["embeddings"]`` where it applies. RoPE,
+            ALiBi, vision models and the other methods: no effect (docs/positional.md, "Full and partial
+            embeddings").
         rules: composite name overriding an LRP method's default (``attnlrp``, ``cp_lrp``, ``grad_x_input``,
             ``official_vit``, ``attnlrp_gamma``, ...); methods that are not one LRP pass ignore it.
         protocol: ``official`` (reproduce the published tables) or ``corrected`` (named corrections on).
@@ -119,6 +136,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device.
     """
     protocol = check_protocol(protocol)
+    check_embeddings(embeddings)
     m = get_method(method)
     twin = twin_for(model)
     m.check_modality(twin.modality)
@@ -146,12 +164,16 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     if twin.modality == "tokens":
         if correct_sign:
             _correct_sign(parts, attribution.logit)
+        switched = embeddings_switch_applies(m, twin.positional.name, twin.modality)
         scores = aggregate_tokens(m, aggregation, semantic=parts["semantic"], semantic_relu=parts["semantic_relu"],
                                   positional=parts["positional"], positional_relu=parts["positional_relu"],
                                   positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"],
-                                  multi_sink=twin.positional.multi_sink)
+                                  multi_sink=twin.positional.multi_sink,
+                                  full_embeddings=switched and embeddings == "full")
         extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
                   "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
+        if switched:
+            extras["embeddings"] = embeddings
     else:
         signed = signed_pixel_map(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
                                   patch_size=twin.patch_size)

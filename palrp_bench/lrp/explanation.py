@@ -21,7 +21,9 @@ class Explanation:
     Other text families (``docs/positional.md``): ``positional`` is ``[B, S, C, T]`` per sink and component:
     ``[B, 1, 1, T]`` for a learned position table (GPT-2, OPT, BERT, RoBERTa; ``extras["token_type"]`` ``[B, T]`` for
     BERT-style token types), ``[B, L, 1, T]`` for ALiBi (BLOOM; ``extras["alibi_query"]`` / ``["alibi_key"]``
-    ``[B, L, T]``). ``extras["explained_index"]`` ``[B]`` is the explained position.
+    ``[B, L, T]``). ``extras["explained_index"]`` ``[B]`` is the explained position. With a learned position table,
+    ``extras["embeddings"]`` (``full`` / ``partial``) says whether the scores of ``attnlrp``, ``cp_lrp`` and
+    ``grad_x_input`` add the positional part to ``semantic`` (which stays the token embeddings' relevance).
 
     Vision transformers (DeiT, learned PE; RoPE ViTs: ``positional`` ``[B, S, 2, Hp, Wp]``, the learned table first
     when present, then ``(cos, sin)`` per layer):

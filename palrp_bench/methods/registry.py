@@ -69,6 +69,13 @@ class Method:
     def is_lrp(self) -> bool:
         return self.attributor == LRP
 
+    @property
+    def reads_embeddings_switch(self) -> bool:
+        """An LRP row whose scores are the semantic part alone (``attnlrp``, ``cp_lrp``, ``grad_x_input``): on a
+        text model with learned absolute positions the run-level ``embeddings`` switch decides whether that part is
+        the token embeddings' relevance or the full embeddings' (:mod:`.token_aggregation`)."""
+        return self.is_lrp and self.use_semantic and not self.use_positional
+
     def task_params(self, dataset: str | None, task_overrides: Mapping[str, object] | None = None) -> dict:
         """What a task passes to ``explain(params=...)``: the paper's values for ``dataset``, then the task's own."""
         return {**self.dataset_params.get(dataset or "", {}), **dict(task_overrides or {})}
