@@ -39,9 +39,11 @@ MERGE_LOCK = ".merge.lock"
 #: is the pixel-perturbation tie-break (``topk`` / ``random``), empty for cells without pixel perturbation;
 #: ``stabilizers`` the epsilon-rule stabilisers the explanations used (``official`` / ``none``; ``none`` for the
 #: methods without them and, by default, the families the official code never ran; empty for cells that explain
-#: nothing); ``cell.json`` records the request instead (``Cell.stabilizer_choice`` in runner/plan.py)
+#: nothing); ``cell.json`` records the request instead (``Cell.stabilizer_choice`` in runner/plan.py);
+#: ``embeddings`` the ``full`` / ``partial`` switch where it changes the scores (text models with learned absolute
+#: positions, methods scoring the semantic part alone; palrp_bench/methods/token_aggregation.py), empty elsewhere
 CELL_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
-                "stabilizers", "aggregation", "method"]
+                "stabilizers", "aggregation", "embeddings", "method"]
 
 #: columns a cell's rows may hold several values of, joined with "," in ``metrics.csv`` rather than grouped by:
 #: ``tie_device`` the device kind that ordered tied pixels under ``tie_break=topk`` (``cpu``, ``cuda/<GPU name>``;
@@ -51,8 +53,8 @@ CELL_JOINED_COLUMNS = ["tie_device", "rules"]
 
 #: ``results.csv``: one row per (run, sample_id, method, metric, variant, step) with its value
 RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task", "protocol", "causal", "tie_break",
-                  "tie_device", "stabilizers", "rules", "aggregation", "method", "sample_id", "metric", "variant",
-                  "step", "value"]
+                  "tie_device", "stabilizers", "rules", "aggregation", "embeddings", "method", "sample_id", "metric",
+                  "variant", "step", "value"]
 
 #: ``metrics.csv``: one row per (cell, table metric, variant): the table number, its confidence interval, the
 #: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)

@@ -37,6 +37,15 @@ class Aggregation(Enum):
     eq11 = "eq11"
 
 
+class Embeddings(Enum):
+    """What the token scores of ``attnlrp``, ``cp_lrp`` and ``grad_x_input`` cover on text models with learned
+    absolute positions (GPT-2, OPT, BERT, RoBERTa): the full embedding (token + position) or the token embedding
+    alone (docs/positional.md, "Full and partial embeddings"; no effect elsewhere)."""
+
+    full = "full"
+    partial = "partial"
+
+
 class DType(Enum):
     float32 = "float32"
     bfloat16 = "bfloat16"
@@ -249,6 +258,11 @@ class PalrpConfig:
     #: (PyTorch's defaults, as the official code ran), ``off`` = both IEEE float32; None = the protocol's default
     #: (``official`` -> ``conv``, ``corrected`` -> ``off``; palrp_bench/numerics.py). No effect on CPUs.
     tf32: Optional[str] = None
+    #: ``full`` | ``partial``: on text models with learned absolute positions, whether ``attnlrp``, ``cp_lrp`` and
+    #: ``grad_x_input`` score the full embedding (token + position, as "A Close Look at Decomposition-based
+    #: Attributions for Transformer Language Models" does by default) or the token embedding alone (every run before
+    #: the switch existed); no effect on other models and methods (palrp_bench/methods/token_aggregation.py)
+    embeddings: Embeddings = Embeddings.full
     seed: int = 0
     #: a single cell or a filter: set by ``model=...``, ``task=...``, ``method=...``, ``metric=...``
     model: Optional[ModelConfig] = None

@@ -292,6 +292,12 @@ class DecoderTwin:
                 "text-only *ForConditionalGeneration)")
 
     @classmethod
+    def positional_kind_for(cls, model_type: str) -> str | None:
+        """The positional kind of the spec covering ``model_type`` (registry protocol), or None."""
+        discover()
+        return next((spec.positional for spec in DECODER_SPECS.values() if model_type in spec.model_types), None)
+
+    @classmethod
     def supports(cls, model) -> bool:
         if not type(model).__module__.startswith("transformers."):
             return False  # cheap check first

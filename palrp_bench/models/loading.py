@@ -7,10 +7,15 @@ NF4), timm vision transformers (DeiT: docs/protocol.md section 5), and the regis
 * :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`); ``torchvision``
   loads torchvision ViTs as timm models (:mod:`palrp_bench.models.torchvision_vit`).
 * :func:`tokenizer_source`: which tokenizer a model config loads; :func:`weights_description`: what is read.
+* :func:`hf_config_json`: a Hugging Face model config's ``config.json`` without loading anything;
+  :func:`positional_kind_of_config`: the positional encoding of the twin a model config will get (run settings that
+  depend on it are fixed before the model loads).
 """
 from __future__ import annotations
 
+import json
 import logging
+from functools import lru_cache
 from pathlib import Path
 
 from ..discovery import Registry
@@ -19,7 +24,7 @@ from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, 
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
            "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
-           "weights_description", "BNB_KERNELS_NOTE"]
+           "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config"]
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +266,77 @@ def weights_description(cfg) -> str:
     if checkpoint:
         return f"checkpoint {Path(str(checkpoint)).expanduser()} into {cfg.source}"
     return str(cfg.source)
+
+
+def hf_config_json(cfg, known: dict | None = None) -> tuple[dict, str] | None:
+    """``(config.json fields, where they were read)`` of a Hugging Face model config, looked up for ``source``, then
+    ``base_model``, then ``tokenizer``: a local folder's file, the hub cache's, else ``known`` (a table of hub id ->
+    fields); None when none of them describes it. Nothing is downloaded."""
+    for candidate in (cfg.source, getattr(cfg, "base_model", None), getattr(cfg, "tokenizer", None)):
+        if not candidate:
+            continue
+        candidate = str(candidate)
+        if is_local_path(candidate):
+            path = Path(candidate).expanduser() / "config.json"
+            if path.is_file():
+                return json.loads(path.read_text()), f"{path}"
+            continue
+        cached = cached_hub_file(candidate, ("config.json",))
+        if cached is not None:
+            return json.loads(Path(cached).read_text()), f"config.json of {candidate} (hub cache)"
+        if known and candidate in known:
+            return dict(known[candidate]), f"known architecture {candidate}"
+    return None
+
+
+def _downloaded_config(repo_id: str) -> dict | None:
+    """``config.json`` of a hub repository, fetched into the hub cache (None offline or on any hub error)."""
+    if hub_offline() or is_local_path(repo_id):
+        return None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return json.loads(Path(hf_hub_download(repo_id, "config.json")).read_text())
+    except Exception:  # noqa: BLE001 - unreachable, gated, missing: the caller says what it could not find
+        return None
+
+
+@lru_cache(maxsize=64)
+def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer: str | None) -> str | None:
+    from types import SimpleNamespace
+
+    from .registry import positional_kind_of
+
+    if loader == "embedded_text":
+        from ..data.synthetic_text import ASSET_DIR
+
+        path = ASSET_DIR / source / "config.json"
+        fields = json.loads(path.read_text()) if path.is_file() else None
+    else:
+        cfg = SimpleNamespace(source=source, base_model=base_model, tokenizer=tokenizer)
+        found = hf_config_json(cfg)
+        fields = found[0] if found is not None else None
+        for candidate in (source, base_model):
+            if fields is None and candidate:
+                fields = _downloaded_config(str(candidate))
+    if fields is None:
+        raise MissingDataError(f"cannot tell the architecture of model source {source!r}: no config.json found "
+                               "(local folder, hub cache or hub)",
+                               "download the model first, or set model.base_model to the hub id it was finetuned from")
+    return positional_kind_of(str(fields.get("model_type", "")))
+
+
+def positional_kind_of_config(cfg) -> str | None:
+    """The positional kind (a name of :mod:`palrp_bench.lrp.positional`, e.g. ``learned_absolute``, ``rope``) of
+    the twin a text model config will be explained with, read from its ``config.json`` before any weight loads
+    (:func:`hf_config_json`; for a hub model not in the cache the file alone is fetched when the hub may be asked);
+    None for models that are not text models (``timm``, ``torchvision``, ``embedded_vit``, ``selftest``) or whose
+    ``model_type`` no twin covers. A text model whose ``config.json`` is nowhere is a one-line
+    :class:`~palrp_bench.errors.MissingDataError`."""
+    loader = str(getattr(cfg.loader, "value", cfg.loader))
+    if loader not in ("hf", "embedded_text"):
+        return None
+    return _positional_kind(loader, str(cfg.source), getattr(cfg, "base_model", None), getattr(cfg, "tokenizer", None))
 
 
 def load_tokenizer(name_or_path: str):

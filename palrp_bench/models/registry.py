@@ -11,6 +11,8 @@ Each twin class provides (the explanation protocol :func:`palrp_bench.explain` d
     __init__(model)                                   # wraps it (never modifies it)
     modality: "tokens" | "pixels"; starting_relevance: "logit" | "unit"; default_composite: str
     positional: a kind of palrp_bench.lrp.positional
+    positional_kind_for(model_type) -> str | None     # optional (text twins): the kind's name for a Hugging Face
+                                                      # config.model_type it covers, else None
     prepare(inputs, attention_mask) -> inputs record  # validated, on the model's device
     run(inputs, composite, *, positional_sinks, **options) -> forward record with .logits and .sinks
     summarize(inputs, attribution) -> dict            # semantic / positional parts
@@ -53,3 +55,16 @@ def twin_for(model):
     supported = "; ".join(cls.family() for cls in TWINS)
     raise UnsupportedModelError(f"no LRP twin for model class {type(model).__name__}",
                                 f"supported families: {supported}")
+
+
+def positional_kind_of(model_type: str) -> str | None:
+    """The positional kind (a name of :mod:`palrp_bench.lrp.positional`) of the text twin covering Hugging Face
+    ``config.model_type`` ``model_type``, or None when no text twin does (read before a model loads:
+    :func:`palrp_bench.models.loading.positional_kind_of_config`)."""
+    discover()
+    for cls in TWINS:
+        kind_for = getattr(cls, "positional_kind_for", None)
+        kind = kind_for(model_type) if kind_for is not None else None
+        if kind is not None:
+            return kind
+    return None

@@ -103,6 +103,11 @@ class TextTwin:
         return f"{cls.family_name} ({', '.join(heads[h] for h in cls.heads)})"
 
     @classmethod
+    def positional_kind_for(cls, model_type: str) -> str | None:
+        """The name of the family's positional kind when it covers ``model_type`` (registry protocol)."""
+        return cls.positional.name if model_type in cls.model_types else None
+
+    @classmethod
     def supports(cls, model) -> bool:
         if not type(model).__module__.startswith("transformers."):
             return False

@@ -45,7 +45,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BadInputError
-from ..hub import cached_hub_file, is_local_path
+from ..models.loading import hf_config_json
 from ..numerics import device_kind as accelerator_kind
 from ..runner.user_cache import user_cache_dir
 
@@ -185,22 +185,9 @@ def _torchvision_architecture(source: str) -> Architecture:
 
 def _hf_config(model, known: dict) -> tuple[dict, str] | None:
     """``config.json`` of the model, looked up for ``source``, then ``base_model``, then the tokenizer's repository:
-    a local folder's file, the hub cache's, else the shipped table of known architectures."""
-    for candidate in (model.source, getattr(model, "base_model", None), model.tokenizer):
-        if not candidate:
-            continue
-        candidate = str(candidate)
-        if is_local_path(candidate):
-            path = Path(candidate).expanduser() / "config.json"
-            if path.is_file():
-                return json.loads(path.read_text()), f"{path}"
-            continue
-        cached = cached_hub_file(candidate, ("config.json",))
-        if cached is not None:
-            return json.loads(Path(cached).read_text()), f"config.json of {candidate} (hub cache)"
-        if candidate in known:
-            return dict(known[candidate]), f"known architecture {candidate}"
-    return None
+    a local folder's file, the hub cache's, else the shipped table of known architectures
+    (:func:`palrp_bench.models.loading.hf_config_json`)."""
+    return hf_config_json(model, known)
 
 
 def architecture_of(model, constants: "CostConstants | None" = None) -> Architecture | None:

@@ -7,7 +7,8 @@ only what is missing.
 
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
 cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
-the explanations use (``stabilizers``, :func:`check_stabilizers_used`), ``timing`` (``load_model_s``,
+the explanations use (``stabilizers``, :func:`check_stabilizers_used`), the ``embeddings`` switch where it
+applies (checked against the cell's record, :func:`check_embeddings_used`), ``timing`` (``load_model_s``,
 ``load_data_s``, ``selection_s``, ``evaluate_s``, and ``first_batch_s`` / ``first_batch_samples``: the part of
 ``evaluate_s`` the first batch took, warm-up included, so that the rest is a steady-state rate),
 ``peak_device_bytes`` (CUDA only) and ``numerics``: the device
@@ -94,6 +95,17 @@ def check_stabilizers_used(job: Job, run_dir: Path, used: str | None) -> None:
         raise BadInputError(f"run dir {run_dir} holds samples of {job.cell.key} explained with stabilizers="
                             f"{'/'.join(sorted(stored))}, this run's explanations would use {used}",
                             f"use a new run_dir, or stabilizers={sorted(stored)[0]} to resume")
+
+
+def check_embeddings_used(job: Job, used: str | None) -> None:
+    """Refuse, before anything is computed, a job whose loaded model takes the ``embeddings`` switch otherwise than
+    its cell recorded (``Cell.embeddings_setting``, decided from the model's ``config.json`` before it loaded): the
+    fingerprint would not say what the explanations computed."""
+    planned = job.cell.embeddings_setting
+    if used != planned:
+        raise BadInputError(f"{job.cell.key}: the loaded model takes embeddings={used or '(no effect)'}, the cell "
+                            f"recorded {planned or '(no effect)'} from the model's config.json",
+                            "point model.source (and model.base_model) at the same architecture the weights are")
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -218,6 +230,8 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         ctx = job.cell.context(device, cache, job.forward_batch_size)
         status["stabilizers"] = ctx.stabilizers_used(bundle.model)
         check_stabilizers_used(job, run_dir, status["stabilizers"])
+        status["embeddings"] = ctx.embeddings_used(bundle.model)
+        check_embeddings_used(job, status["embeddings"])
         mark = time.monotonic()
         pool = adapter.load_samples(job.cell.task, bundle)
         timing["load_data_s"] = round(time.monotonic() - mark, 3)

@@ -6,7 +6,7 @@
 plus the columns that make it self-describing: model, quantization, dtype, task, paper_task, protocol, causal,
 tie_break (empty for cells without pixel perturbation), tie_device (the device kind that ordered tied pixels, per
 sample: the shards of one cell may run on different devices), stabilizers (what each sample's explanation used),
-rules, aggregation. Scalar metrics have an empty ``step``.
+rules, aggregation, embeddings (the ``full`` / ``partial`` switch where it changes the cell's scores, else empty). Scalar metrics have an empty ``step``.
 A sample whose relevance was non-finite has a single row ``metric=nonfinite_relevance, value=1``.
 
 Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
@@ -82,6 +82,7 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
             frame[col] = cell[col]
         frame["causal"] = bool(cell.get("causal", cell["settings"]["task"].get("causal", True)))
         frame["tie_break"] = cell.get("tie_break") or ""
+        frame["embeddings"] = cell.get("embeddings") or ""  # cells recorded before the switch existed: empty
         frame["run"] = run_id
         frames.append(frame[RESULT_COLUMNS])
         cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],

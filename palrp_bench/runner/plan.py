@@ -59,6 +59,8 @@ class Cell:
     stabilizers: str | None = None
     #: float32 arithmetic on GPUs, resolved (``conv`` / ``off``; :mod:`palrp_bench.numerics`)
     tf32: str = "conv"
+    #: the run's ``embeddings`` switch as asked (``full`` / ``partial``); where it applies: :attr:`embeddings_setting`
+    embeddings: str = "full"
 
     @property
     def stabilizer_choice(self) -> str:
@@ -70,6 +72,24 @@ class Cell:
         status file (``stabilizers``); a job refuses to add samples to a cell whose stored samples used another
         (runner/execute.py)."""
         return default_stabilizers(self.stabilizers, self.protocol)
+
+    @property
+    def embeddings_setting(self) -> str | None:
+        """The ``embeddings`` switch where it changes this cell's numbers, else None: a text model whose twin adds a
+        learned absolute position embedding (GPT-2, OPT, BERT, RoBERTa; read from the model's ``config.json``
+        before it loads, :func:`palrp_bench.models.loading.positional_kind_of_config`) and a method that scores the
+        semantic part alone (``attnlrp``, ``cp_lrp``, ``grad_x_input``;
+        :func:`palrp_bench.methods.token_aggregation.embeddings_switch_applies`). The cell's ``embeddings`` column
+        (empty where None); a job checks it against the loaded model (runner/execute.py)."""
+        from ..methods.registry import get_method
+        from ..methods.token_aggregation import embeddings_switch_applies
+        from ..models.loading import positional_kind_of_config
+
+        method, modality = get_method(self.method), MODEL_MODALITY.get(self.model.kind.value)
+        if modality != "tokens" or not method.reads_embeddings_switch:
+            return None  # decided without reading the model's config
+        applies = embeddings_switch_applies(method, positional_kind_of_config(self.model), modality)
+        return self.embeddings if applies else None
 
     @property
     def key(self) -> str:
@@ -85,7 +105,7 @@ class Cell:
         return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
                           protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
                           forward_batch_size=forward_batch_size, tie_break=self.tie_break,
-                          stabilizers=self.stabilizers, seed=self.seed)
+                          stabilizers=self.stabilizers, seed=self.seed, embeddings=self.embeddings)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
@@ -110,6 +130,8 @@ class Cell:
             settings["tie_break"] = self.tie_break
         if self.tf32 != "conv":  # conv: the numerics of every run before the switch existed (same fingerprint)
             settings["tf32"] = self.tf32
+        if self.embeddings_setting == "full":  # only where it applies; partial: every run before the switch existed
+            settings["embeddings"] = "full"
         method = get_method(self.method)
         if method.params:  # a baseline's resolved hyperparameters (defaults, the paper's per-dataset values, task's)
             settings["params"] = _plain(method.resolved_params(method.params_for(self.task)))
@@ -125,7 +147,7 @@ class Cell:
                 "paper_task": self.task.paper_task or self.task.name, "metrics": list(self.metrics),
                 "quantization": self.model.quantization.value, "dtype": self.model.dtype.value,
                 "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
-                "stabilizers": self.stabilizer_choice, "tf32": self.tf32,
+                "stabilizers": self.stabilizer_choice, "tf32": self.tf32, "embeddings": self.embeddings_setting,
                 "aggregation": self.aggregation, "rules": self.rules,
                 "fingerprint": self.fingerprint(), "settings": self.settings()}
 
@@ -171,6 +193,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     registered."""
     from ..evaluation.tasks import TASK_KINDS
     from ..methods.registry import get_method
+    from ..methods.token_aggregation import check_embeddings
     from ..metrics.perturbation import resolve_tie_break
     from ..models.loading import LOADERS
 
@@ -180,6 +203,8 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     tie_break = resolve_tie_break(cfg.get("tie_break"), protocol)
     stabilizers = check_stabilizers(cfg.get("stabilizers"))
     tf32 = resolve_tf32(cfg.get("tf32"), protocol)
+    embeddings = cfg.get("embeddings", "full")
+    embeddings = check_embeddings(embeddings.value if isinstance(embeddings, Enum) else str(embeddings))
     if cfg.rules is not None:
         from ..lrp.composites import get_composite
 
@@ -234,7 +259,7 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
-                    rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32,
+                    rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32, embeddings=embeddings,
                     tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
         if cell.key in seen:
             continue

@@ -28,8 +28,8 @@ class JobContext:
     """Everything an adapter needs besides the model and the samples: the cell's task config and settings, the
     metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device,
     the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default), the
-    epsilon-rule stabilisers asked for (None = the protocol's default) and the run seed (seeds per-sample
-    randomness together with the sample id)."""
+    epsilon-rule stabilisers asked for (None = the protocol's default), the run seed (seeds per-sample
+    randomness together with the sample id) and the ``embeddings`` switch (``full`` / ``partial``)."""
 
     task: Any
     method: str
@@ -43,6 +43,7 @@ class JobContext:
     tie_break: str | None = None
     stabilizers: str | None = None
     seed: int = 0
+    embeddings: str = "full"
 
     @property
     def method_params(self) -> dict:
@@ -63,12 +64,22 @@ class JobContext:
         return stabilizers_used(model, self.method, rules=self.rules, protocol=self.protocol,
                                 stabilizers=self.stabilizers)
 
+    def embeddings_used(self, model) -> str | None:
+        """The ``embeddings`` switch where it changes this cell's explanations of ``model``
+        (:func:`palrp_bench.api.embeddings_used`), else None (also without a model: the self-test)."""
+        if model is None:
+            return None
+        from ...api import embeddings_used
+
+        return embeddings_used(model, self.method, self.embeddings)
+
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
-        protocol, stabilisers, the task's hyperparameters for it and the rows per forward of multi-pass methods."""
+        protocol, stabilisers, the ``embeddings`` switch, the task's hyperparameters for it and the rows per forward
+        of multi-pass methods."""
         return {"method": self.method, "aggregation": self.aggregation, "rules": self.rules,
-                "protocol": self.protocol, "stabilizers": self.stabilizers, "params": self.method_params,
-                "batch_size": self.forward_batch_size}
+                "protocol": self.protocol, "stabilizers": self.stabilizers, "embeddings": self.embeddings,
+                "params": self.method_params, "batch_size": self.forward_batch_size}
 
 
 @dataclass
