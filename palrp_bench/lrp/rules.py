@@ -20,8 +20,12 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
 
 :func:`attention_hooks` is the one generic window into attention that methods outside LRP need (attention rollout,
-Grad-CAM, AtMan: :mod:`palrp_bench.attributors`): inside the context every :func:`attention` call records its
-weights and/or scales the keys of chosen tokens, without any model twin knowing about it.
+Grad-CAM, AtMan, ALTI: :mod:`palrp_bench.attributors`): inside the context every :func:`attention` call records its
+weights and/or scales the keys of chosen tokens, without any model twin knowing about it. A recorder with
+``trace=True`` also keeps what decompositions of the residual stream need (ALTI, ALTI-Logit): every attention call's
+value vectors and output projection, every residual sum and every norm applied to the stream, linked by which tensor
+fed which (:class:`AttentionRecorder`). The twins write their residual sums and output projections with
+:func:`residual` and :func:`output_projection` (plain ``x + f(x)`` and ``W_O(o)`` outside such a context).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import logging
 import os
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterator
 
@@ -51,7 +55,12 @@ __all__ = [
     "softcap",
     "attention",
     "rotate_half",
+    "output_projection",
+    "residual",
     "AttentionRecorder",
+    "HeadsRecord",
+    "ResidualRecord",
+    "NormRecord",
     "AttentionHooks",
     "attention_hooks",
 ]
@@ -272,27 +281,35 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str
         h = h * inv
         if weight is not None:
             h = h * (offset + weight.to(h.dtype))
-        return h.to(dtype)
-    h = (h * inv).to(dtype)
-    if weight is None:
-        return h
-    return (weight if offset == 0.0 else offset + weight) * h
+        y = h.to(dtype)
+    else:
+        h = (h * inv).to(dtype)
+        y = h if weight is None else (weight if offset == 0.0 else offset + weight) * h
+    tracer = _tracer()
+    if tracer is not None:
+        gain = None if weight is None else (offset + weight if offset != 0.0 else weight)
+        tracer.add_norm("rms", x, y, gain, None, eps)
+    return y
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
                rule: str) -> torch.Tensor:
     """LayerNorm; under ``"identity"`` the standard deviation is a constant (mean subtraction stays linear)."""
     if rule == "gradient":
-        return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
-    if rule != "identity":
+        y = F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    elif rule != "identity":
         raise ValueError(f"unknown norm rule {rule!r}; expected identity or gradient")
-    centered = x - x.mean(-1, keepdim=True)
-    std = torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + eps).detach()
-    y = centered / std
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
+    else:
+        centered = x - x.mean(-1, keepdim=True)
+        std = torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + eps).detach()
+        y = centered / std
+        if weight is not None:
+            y = y * weight
+        if bias is not None:
+            y = y + bias
+    tracer = _tracer()
+    if tracer is not None:
+        tracer.add_norm("layer", x, y, weight, bias, eps)
     return y
 
 
@@ -334,21 +351,133 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+@dataclass
+class HeadsRecord:
+    """One attention call of a traced forward: the value vectors ``[B, H, T, d]`` the weights multiply (after the
+    grouped-query expansion, so head ``h`` of the weights uses head ``h`` here) and the output projection the
+    twin applied to the merged heads (:func:`output_projection`; None if it did not)."""
+
+    values: torch.Tensor
+    projection: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class ResidualRecord:
+    """One residual sum ``output = stream + branch`` of a traced forward (:func:`residual`; ``stream`` and ``branch``
+    detached, ``output`` the fresh leaf the forward continued with, so a gradient can be taken at it).
+
+    ``stream_from``: which recorded tensor the stream is, ``("residual", i)`` (the output of residual sum ``i``),
+    ``("norm", i)`` (the output of norm ``i``: post-norm blocks) or None (none recorded: the first block's input).
+    ``branch_from``: the index of the attention call (:attr:`AttentionRecorder.heads`) whose output projection the
+    branch is, or None (an MLP, or an attention output transformed again before the sum, e.g. a sandwich norm)."""
+
+    stream: torch.Tensor
+    branch: torch.Tensor
+    output: torch.Tensor
+    stream_from: tuple[str, int] | None
+    branch_from: int | None
+
+
+@dataclass(frozen=True)
+class NormRecord:
+    """A norm applied to the output of a recorded residual sum (``input_from``: its index), e.g. the pre-norm in
+    front of the next sublayer or the post-norm of a BERT block. ``kind``: ``layer`` (``gain * (x - mean) / s +
+    bias``, ``s = sqrt(var + eps)``) or ``rms`` (``gain * x / s``, ``s = sqrt(mean(x^2) + eps)``); ``gain`` includes
+    a family's offset (Gemma's ``1 + w``). Input and output detached."""
+
+    kind: str
+    input: torch.Tensor
+    output: torch.Tensor
+    gain: torch.Tensor | None
+    bias: torch.Tensor | None
+    eps: float
+    input_from: int
+
+    def inverse_scale(self, dtype: torch.dtype) -> torch.Tensor:
+        """``1 / s`` per position, ``[B, T, 1]``, computed in ``dtype``."""
+        x = self.input.to(dtype)
+        if self.kind == "layer":
+            x = x - x.mean(-1, keepdim=True)
+        return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def linear(self, w: torch.Tensor, inverse_scale: torch.Tensor) -> torch.Tensor:
+        """The norm's linear part with its normaliser constant (the identity rule's view of it) applied to vectors
+        ``w`` ``[..., D]``: ``gain * (w - mean(w)) / s`` (``layer``) or ``gain * w / s`` (``rms``); ``inverse_scale``
+        is ``1 / s`` broadcastable to ``w`` (:meth:`inverse_scale`, indexed to the positions of ``w``). The norm
+        of a sum is then the sum of the parts' ``linear`` plus the bias."""
+        if self.kind == "layer":
+            w = w - w.mean(-1, keepdim=True)
+        w = w * inverse_scale
+        return w if self.gain is None else w * self.gain.to(w.dtype)
+
+
 class AttentionRecorder:
-    """Collects what the accounting identity needs from the eager attention path.
+    """Collects what the accounting identity and the attention-based attributors need from the eager attention path.
 
     For each attention call it keeps the (masked) scores ``S`` and weights ``A`` with ``retain_grad`` so that,
     after the backward pass, the relevance absorbed by the softmax rule is
     ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; docs/design.md).
+
+    ``trace=True`` records a forward for decompositions of the residual stream (ALTI, ALTI-Logit; installed with
+    :func:`attention_hooks`): ``records`` keep ``(None, A.detach(), valid)`` (no scores, no gradients), and in call
+    order ``heads`` (:class:`HeadsRecord`: values and output projection per attention call), ``residuals``
+    (:class:`ResidualRecord`) and ``norms`` (:class:`NormRecord`, only norms of a residual sum's output). Which
+    tensor fed which is decided by identity when the call happens, so the records describe the twin's wiring
+    (pre-norm, post-norm, sandwich norms) without the twin saying anything. The trace cuts the autograd graph at
+    every residual sum (its output continues as a fresh leaf): a backward from the logits reaches the last residual
+    sum and stops there, and the forward keeps no graph of earlier blocks (inference memory). Forward values are
+    unchanged.
     """
 
-    def __init__(self):
-        self.records: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    def __init__(self, trace: bool = False):
+        self.records: list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]] = []
+        self.trace = trace
+        self.heads: list[HeadsRecord] = []
+        self.residuals: list[ResidualRecord] = []
+        self.norms: list[NormRecord] = []
+        self._nodes: dict[int, tuple[str, int, torch.Tensor]] = {}  # id -> (kind, index, the tensor, kept alive)
+        self._projection: tuple[int, torch.Tensor] | None = None    # the last output projection, until summed
 
-    def add(self, scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor | None) -> None:
+    def add(self, scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor | None,
+            values: torch.Tensor | None = None) -> None:
+        if self.trace:
+            self.records.append((None, weights.detach(), valid))
+            if values is not None:
+                self.heads.append(HeadsRecord(values.detach()))
+            return
         scores.retain_grad()
         weights.retain_grad()
         self.records.append((scores, weights, valid))
+
+    def add_projection(self, projection: Callable[[torch.Tensor], torch.Tensor], output: torch.Tensor) -> None:
+        """Trace: the output projection of the latest attention call and its output."""
+        if self.heads:
+            self.heads[-1].projection = projection
+            self._projection = (len(self.heads) - 1, output)
+
+    def add_residual(self, stream: torch.Tensor, branch: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """Trace: a residual sum; returns its output as a fresh leaf (class docstring)."""
+        node = self._nodes.get(id(stream))
+        branch_from = None
+        if self._projection is not None and branch is self._projection[1]:
+            branch_from = self._projection[0]
+        self._projection = None
+        leaf = output.detach().requires_grad_(output.is_floating_point())
+        index = len(self.residuals)
+        self.residuals.append(ResidualRecord(stream.detach(), branch.detach(), leaf,
+                                             None if node is None else node[:2], branch_from))
+        self._nodes[id(leaf)] = ("residual", index, leaf)
+        return leaf
+
+    def add_norm(self, kind: str, x: torch.Tensor, y: torch.Tensor, gain, bias, eps: float) -> None:
+        """Trace: a norm call, kept when its input is the output of a recorded residual sum."""
+        node = self._nodes.get(id(x))
+        if node is None or node[0] != "residual":
+            return
+        index = len(self.norms)
+        self.norms.append(NormRecord(kind, x.detach(), y.detach(), None if gain is None else gain.detach(),
+                                     None if bias is None else bias.detach(), float(eps), node[1]))
+        self._nodes[id(y)] = ("norm", index, y)
 
     def absorbed(self) -> torch.Tensor:
         """Per-sample relevance absorbed by all softmax rules, shape ``[B]``."""
@@ -363,6 +492,35 @@ class AttentionRecorder:
         return total
 
 
+def _tracer() -> AttentionRecorder | None:
+    """The tracing recorder of the active :func:`attention_hooks`, or None."""
+    hooks = _HOOKS.get()
+    recorder = None if hooks is None else hooks.recorder
+    return recorder if recorder is not None and recorder.trace else None
+
+
+def output_projection(heads: torch.Tensor, projection: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """An attention block's output projection ``projection(o)`` of its merged heads ``o`` ``[B, T, H * d]`` (the
+    merge of :func:`attention`'s output). Under a tracing recorder the projection is recorded with the attention
+    call it belongs to (:class:`AttentionRecorder`)."""
+    out = projection(heads)
+    tracer = _tracer()
+    if tracer is not None:
+        tracer.add_projection(projection, out)
+    return out
+
+
+def residual(stream: torch.Tensor, branch: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """A residual sum ``stream + branch`` under the epsilon rule (``eps``: its stabiliser, :func:`stabilize`).
+    Under a tracing recorder the sum is recorded and its output continues as a fresh leaf
+    (:class:`AttentionRecorder`)."""
+    out = stabilize(stream + branch, eps)
+    tracer = _tracer()
+    if tracer is not None:
+        out = tracer.add_residual(stream, branch, out)
+    return out
+
+
 def _grad_or_zero(t: torch.Tensor) -> torch.Tensor:
     return t.grad if t.grad is not None else torch.zeros_like(t)
 
@@ -373,6 +531,8 @@ class AttentionHooks:
 
     * ``recorder``: an :class:`AttentionRecorder` that every call adds its scores and weights to (in call order:
       one record per layer), unless the caller passes its own ``recorder``. Needs ``implementation="eager"``.
+      A recorder with ``trace=True`` also records the residual stream (:func:`residual`, :func:`output_projection`
+      and the norms of residual sums) of every twin that writes them with these functions.
     * ``key_scale``: ``[B, T]`` factors multiplying the key vector of token ``t`` in sample ``b`` before
       ``Q K^T`` in every layer, i.e. column ``t`` of the pre-softmax scores ``H = Q K^T`` is multiplied by
       ``key_scale[b, t]`` (AtMan, Deb et al. 2023; AttnLRP paper appendix A.1.5: ``H~ = H * (1 - p^i)``). Works on
@@ -477,7 +637,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         masked = scores
     weights = softmax_weights(masked, q.dtype)
     if recorder is not None:
-        recorder.add(masked, weights, valid)
+        recorder.add(masked, weights, valid, values=v)
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
     return stabilize(torch.matmul(ws, vs), av_eps)

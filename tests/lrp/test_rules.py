@@ -132,6 +132,54 @@ def test_attention_recorder_measures_softmax_absorption():
     assert torch.allclose(total, R_out.sum(), atol=1e-10)
 
 
+def _traced_block(x0, proj, w, b):
+    """A pre-norm block with a GQA attention, then a post-norm style sum; returns every intermediate."""
+    h = rules.layer_norm(x0, w, b, 1e-5, "identity")                # input is no residual sum: not recorded
+    q = h.view(1, 3, 2, 2).transpose(1, 2)
+    kv = h[..., :2].view(1, 3, 1, 2).transpose(1, 2)                  # one key/value head for two query heads
+    o = rules.attention(q, kv, kv, mask=None, causal=True, scale=0.5, weights_share=1.0, value_share=1.0,
+                        qk_share=1.0, implementation="eager")
+    a = rules.output_projection(o.transpose(1, 2).reshape(1, 3, 4), proj)
+    y = rules.residual(x0, a)
+    m = rules.rms_norm(y, w, 1e-6, "identity") * 2.0                  # a norm of a residual sum: recorded
+    out = rules.residual(y, m)
+    n = rules.layer_norm(out, w, b, 1e-5, "identity")
+    last = rules.residual(n, out)                                      # a stream that is a norm's output
+    return kv, y, m, out, n, last
+
+
+def test_a_tracing_recorder_links_sums_projections_and_norms_and_cuts_the_graph():
+    x0 = torch.randn(1, 3, 4, dtype=D, requires_grad=True)
+    proj = torch.nn.Linear(4, 4).double()
+    w, b = 1 + 0.1 * torch.randn(4, dtype=D), 0.1 * torch.randn(4, dtype=D)
+    plain = _traced_block(x0, proj, w, b)
+    rec = rules.AttentionRecorder(trace=True)
+    with rules.attention_hooks(recorder=rec):
+        traced = _traced_block(x0, proj, w, b)
+    for p_, t_ in zip(plain, traced):                                  # forward values unchanged
+        assert torch.equal(p_, t_)
+    (head,) = rec.heads
+    assert torch.equal(head.values, traced[0].repeat_interleave(2, 1)) and head.projection is proj
+    assert rec.records[0][0] is None and rec.records[0][1].shape == (1, 2, 3, 3)
+    assert [(r.stream_from, r.branch_from) for r in rec.residuals] == [(None, 0), (("residual", 0), None),
+                                                                       (("norm", 1), None)]
+    assert [(n.kind, n.input_from) for n in rec.norms] == [("rms", 0), ("layer", 1)]
+    for norm in rec.norms:                                             # linear part + bias = the norm's output
+        linear = norm.linear(norm.input, norm.inverse_scale(D))
+        assert torch.allclose(linear + (0 if norm.bias is None else norm.bias), norm.output, atol=1e-12)
+    # the graph is cut at every residual sum: a gradient taken after one reaches that sum's leaf, never x0
+    leaf = rec.residuals[1].output
+    assert leaf is traced[3] and leaf.is_leaf and leaf.requires_grad
+    n = traced[4]
+    (g,) = torch.autograd.grad(n.sum() + (n * n).sum(), leaf, retain_graph=True)
+    (g_plain,) = torch.autograd.grad(plain[4].sum() + (plain[4] * plain[4]).sum(), plain[3], retain_graph=True)
+    assert torch.allclose(g, g_plain, atol=1e-12)
+    assert torch.autograd.grad(n.sum(), x0, allow_unused=True)[0] is None
+    assert torch.autograd.grad(plain[4].sum(), x0)[0].abs().sum() > 0
+    # outside a tracing recorder the functions are the plain sum and projection
+    assert rules.residual(x0, x0).grad_fn is not None and not rules.AttentionRecorder().trace
+
+
 def test_cp_lrp_attention_sends_everything_to_values():
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=D) for _ in range(3))
     R_out = torch.randn(1, 2, 4, 3, dtype=D)
