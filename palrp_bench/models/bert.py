@@ -111,10 +111,11 @@ class EncoderTwin(TextTwin):
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
                             qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder)
         out = layer.attention.output
-        x = self.norm(out.LayerNorm, out.dense(o.transpose(1, 2).reshape(b, t, -1)) + x, composite)
+        x = self.norm(out.LayerNorm, rules.residual(x, rules.output_projection(o.transpose(1, 2).reshape(b, t, -1),
+                                                                               out.dense)), composite)
         h = rules.activation(layer.intermediate.dense(x), layer.intermediate.intermediate_act_fn,
                              composite.ungated_activation)
-        return self.norm(layer.output.LayerNorm, layer.output.dense(h) + x, composite)
+        return self.norm(layer.output.LayerNorm, rules.residual(x, layer.output.dense(h)), composite)
 
     def positional_parts(self, inputs: TextInputs, attribution: Attribution, like: torch.Tensor
                          ) -> tuple[PositionalRelevance, dict]:

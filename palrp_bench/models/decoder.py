@@ -501,7 +501,8 @@ class DecoderTwin:
                             qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder,
                             qk_eps=stab.qk if eager else 0.0, mask_eps=stab.add if eager else 0.0, av_eps=stab.av,
                             score_softcap=self.attention_softcap, softcap_rule=composite.softcap)
-        out = rules.stabilize(getattr(attn, spec.o_proj)(o.transpose(1, 2).reshape(b, t, -1)), stab.linear)
+        merged = o.transpose(1, 2).reshape(b, t, -1)
+        out = rules.stabilize(rules.output_projection(merged, getattr(attn, spec.o_proj)), stab.linear)
         if spec.attention_out_norm is not None:
             out = self._norm(getattr(layer, spec.attention_out_norm), out, composite, stab.norm)
         return out
@@ -537,9 +538,9 @@ class DecoderTwin:
         if self.parallel_residual:  # GPT-NeoX: both branches read the layer input (summed in its order)
             m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm), composite, stab)
             return rules.stabilize(m + a + x, stab.add)
-        x = rules.stabilize(x + a, stab.add)
+        x = rules.residual(x, a, stab.add)
         h = self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm)
-        return rules.stabilize(x + self._mlp(layer, h, composite, stab), stab.add)
+        return rules.residual(x, self._mlp(layer, h, composite, stab), stab.add)
 
 
 def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True

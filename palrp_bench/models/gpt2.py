@@ -122,10 +122,11 @@ class Gpt2Twin(LearnedPositionDecoder):
         h = self.norm(layer.ln_1, x, composite)
         q, k, v = (s.view(b, t, -1, attn.head_dim).transpose(1, 2)
                    for s in attn.c_attn(h).split(attn.split_size, dim=2))
-        x = x + attn.c_proj(self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder))
+        o = self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder)
+        x = rules.residual(x, rules.output_projection(o, attn.c_proj))
         h = self.norm(layer.ln_2, x, composite)
         mlp = layer.mlp
-        return x + mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, composite.ungated_activation))
+        return rules.residual(x, mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, composite.ungated_activation)))
 
 
 @register_twin
@@ -172,9 +173,11 @@ class OptTwin(LearnedPositionDecoder):
         h = self.norm(layer.self_attn_layer_norm, x, composite) if self.pre_norm else x
         q, k, v = (proj(h).view(b, t, -1, attn.head_dim).transpose(1, 2)
                    for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-        x = x + attn.out_proj(self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder))
+        o = self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder)
+        x = rules.residual(x, rules.output_projection(o, attn.out_proj))
         if not self.pre_norm:
             x = self.norm(layer.self_attn_layer_norm, x, composite)
         h = self.norm(layer.final_layer_norm, x, composite) if self.pre_norm else x
-        x = x + layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn, composite.ungated_activation))
+        x = rules.residual(x, layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn,
+                                                         composite.ungated_activation)))
         return x if self.pre_norm else self.norm(layer.final_layer_norm, x, composite)
