@@ -1,5 +1,5 @@
-"""Attribution methods that are not one LRP pass: the baselines of the AttnLRP paper's Table 1 and the gradient
-norms of the evidence benchmark (docs/baselines.md).
+"""Attribution methods that are not one LRP pass: the baselines of the AttnLRP paper's Table 1, and the gradient
+norms and ALTI-Logit / ALTI of the evidence benchmark (docs/baselines.md).
 
 One module per method, each registering its function with :func:`register_attributor`; the registry imports every
 module of this package when first used. :func:`palrp_bench.explain` dispatches a method whose
@@ -16,6 +16,7 @@ the same :class:`~palrp_bench.lrp.explanation.Explanation` every LRP method retu
 | ``grad_cam`` | :mod:`.grad_cam` | the last layer's attention weights and their gradient |
 | ``atman`` | :mod:`.atman` | scaled keys in every layer (:func:`palrp_bench.lrp.rules.attention_hooks`) |
 | ``gradient_l1``, ``gradient_l2`` | :mod:`.gradient_norm` | one backward to the input embeddings / pixels |
+| ``alti``, ``alti_logit`` | :mod:`.alti` | a traced forward: weights, values, output projections, residual sums |
 """
 from __future__ import annotations
 

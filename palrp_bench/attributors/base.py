@@ -79,12 +79,14 @@ class AttributorResult:
 
     ``relevance``: ``[B, T]`` per token (modality ``tokens``), ``[B, H, W]`` per pixel, or ``[B, Hp, Wp]`` per patch
     (``per_patch=True``; painted over the pixels). ``forward_passes`` / ``backward_passes``: ``[B]`` model passes
-    spent on each sample (a batched pass over ``k`` rows of one sample counts ``k``)."""
+    spent on each sample (a batched pass over ``k`` rows of one sample counts ``k``). ``extras``: further per-sample
+    tensors ``[B, ...]`` the method reports (copied into ``Explanation.extras``)."""
 
     relevance: torch.Tensor
     forward_passes: torch.Tensor
     backward_passes: torch.Tensor
     per_patch: bool = False
+    extras: dict = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------------ model access
@@ -196,7 +198,7 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
     acc = torch.promote_types(input_of(twin, prepared).dtype, torch.float32)  # float32 at least, float64 stays
     relevance = result.relevance.detach().to(acc)
     logit = explained_of(call, call.logits).detach().to(acc)
-    extras: dict = {"forward_passes": result.forward_passes.detach().cpu(),
+    extras: dict = {**result.extras, "forward_passes": result.forward_passes.detach().cpu(),
                     "backward_passes": result.backward_passes.detach().cpu()}
     if call.foil is not None:
         extras["foil"] = call.foil

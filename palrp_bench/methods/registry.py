@@ -121,6 +121,8 @@ PASSES = {
     "atman": lambda p, n: (n + 1, 0),
     "gradient_l1": lambda p, n: (1, 1),
     "gradient_l2": lambda p, n: (1, 1),
+    "alti_logit": lambda p, n: (1, 0),
+    "alti": lambda p, n: (1, 0),
 }
 
 METHODS: dict[str, Method] = {}
@@ -202,6 +204,17 @@ register_method(Method(
     attributor="gradient_l2", paper_row="Gradient",
     source="Simonyan et al. 2014, Li et al. 2016; squared L2 norm as defined in section 3.3 of 'A Close Look at "
            "Decomposition-based Attributions for Transformer Language Models', its 'Gradient' (section 5.1)"))
+# -- decompositions of the residual stream ("A Close Look at Decomposition-based Attributions ...": its ALTI-Logit /
+#    ALTI column; docs/baselines.md) ------------------------------------------------------------------------------
+register_method(Method(
+    "alti_logit", "ALTI-Logit: the explained logit decomposed along the residual stream, attention updates tracked "
+    "to the input tokens with ALTI (pre-norm decoders)", attributor="alti_logit", paper_row="ALTI-Logit",
+    modalities=("tokens",),
+    source="Ferrando et al. 2023; A Close Look at Decomposition-based Attributions, appendix B.1 (GQA, RMSNorm)"))
+register_method(Method(
+    "alti", "ALTI: rollout of per-block token contributions from L1 distances of transformed vectors (targets ignored)",
+    attributor="alti", paper_row="ALTI", modalities=("tokens",),
+    source="Ferrando et al. 2022 (clipped L1 contributions); A Close Look's proxy for ALTI-Logit on BERT"))
 
 
 def get_method(name_or_method: str | Method) -> Method:
