@@ -212,7 +212,7 @@ def alti_layer(call: AttributorCall, block: Block, acc: torch.dtype, g: torch.Te
         target = y[:, start:stop]
         scale = float(target.abs().amax()) + float(x[:, start:stop].abs().amax()) + 1e-30
         worst = max(worst, float((vectors.sum(2) + constant - target).abs().amax()) / scale)
-        distance = (target[:, :, None] - vectors).abs().sum(-1)                      # d_ij  [B, n, T]
+        distance = vectors.sub_(target[:, :, None]).abs_().sum(-1)                  # d_ij  [B, n, T], in place
         out[:, start:stop] = (target.abs().sum(-1)[..., None] - distance).clamp(min=0).double()
     if worst > _tolerance(block.values.dtype):
         raise _refusal(call, f"computes an attention block that is not the sum of its traced parts (relative "
