@@ -17,6 +17,8 @@ GPT-NeoX parallel residual and partial rotary).
     python scripts/bench_attribution.py --preset tinyllama --device cuda --dtype bfloat16 --lengths 512 2048 4096
     python scripts/bench_attribution.py --lengths 128 512 --methods grad_x_input attnlrp integrated_gradients \
         smoothgrad attn_rollout grad_attn_rollout grad_cam atman   # the baselines (docs/baselines.md)
+    python scripts/bench_attribution.py --family gpt2 --preset gpt2 --lengths 128 512 \
+        --methods grad_x_input alti_logit alti                     # ALTI-Logit / ALTI (docs/baselines.md)
 
 ``--methods`` takes any method that fits a language model (multi-pass baselines run ``--forward-batch`` rows per
 forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token). ``--json PATH`` also writes the
@@ -44,12 +46,18 @@ from palrp_bench.atomic_io import write_json_atomic
 from palrp_bench.lrp.rules import FUSED_STABILIZER_MODES, FUSED_STABILIZERS_ENV
 
 PRESETS = {
+    # the shapes of the tests' tiny models, scaled up a little (per-call overheads dominate)
+    "tiny": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000),
     # small enough for a laptop CPU, large enough that matmuls dominate
     "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=4, vocab_size=32000),
     # TinyLlama 1.1B shapes (random weights)
     "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                       num_key_value_heads=4, vocab_size=32000),
+    # GPT-2 (124M) shapes; --family gpt2 gives the model itself with random weights
+    "gpt2": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                 num_key_value_heads=12, vocab_size=50257),
     # LLaMA-2 7B shapes
     "llama2_7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=32, vocab_size=32000),
