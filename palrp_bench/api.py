@@ -90,7 +90,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``,
             the AttnLRP paper's ViT composites ``attnlrp_gamma_b4`` | ``cp_lrp_gamma_b4``, or a baseline
             ``integrated_gradients`` | ``smoothgrad`` | ``attn_rollout`` | ``grad_attn_rollout`` | ``grad_cam`` |
-            ``atman`` (see :mod:`palrp_bench.methods.registry`, docs/baselines.md).
+            ``atman`` | ``alti_logit`` | ``alti`` (see :mod:`palrp_bench.methods.registry`, docs/baselines.md).
         target: ``None`` explains the arg-max (predicted class / next token after the last non-pad position);
             an int or a ``[B]`` tensor selects another output.
         foil: ``None``, or an int or ``[B]`` tensor of contrast class / token ids: the explained output becomes
