@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -435,8 +436,14 @@ class AttentionRecorder:
         self.heads: list[HeadsRecord] = []
         self.residuals: list[ResidualRecord] = []
         self.norms: list[NormRecord] = []
-        self._nodes: dict[int, tuple[str, int, torch.Tensor]] = {}  # id -> (kind, index, the tensor, kept alive)
+        self._nodes: dict[int, tuple[str, int, weakref.ref]] = {}  # id -> (kind, index, the tensor, weakly)
         self._projection: tuple[int, torch.Tensor] | None = None    # the last output projection, until summed
+
+    def _node(self, t: torch.Tensor) -> tuple[str, int] | None:
+        """``(kind, index)`` of a recorded residual sum or norm whose output ``t`` is (an id alone could be reused
+        once that output is freed: the weak reference says whether it is still the same tensor)."""
+        node = self._nodes.get(id(t))
+        return None if node is None or node[2]() is not t else node[:2]
 
     def add(self, scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor | None,
             values: torch.Tensor | None = None) -> None:
@@ -457,27 +464,26 @@ class AttentionRecorder:
 
     def add_residual(self, stream: torch.Tensor, branch: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """Trace: a residual sum; returns its output as a fresh leaf (class docstring)."""
-        node = self._nodes.get(id(stream))
+        node = self._node(stream)
         branch_from = None
         if self._projection is not None and branch is self._projection[1]:
             branch_from = self._projection[0]
         self._projection = None
         leaf = output.detach().requires_grad_(output.is_floating_point())
         index = len(self.residuals)
-        self.residuals.append(ResidualRecord(stream.detach(), branch.detach(), leaf,
-                                             None if node is None else node[:2], branch_from))
-        self._nodes[id(leaf)] = ("residual", index, leaf)
+        self.residuals.append(ResidualRecord(stream.detach(), branch.detach(), leaf, node, branch_from))
+        self._nodes[id(leaf)] = ("residual", index, weakref.ref(leaf))
         return leaf
 
     def add_norm(self, kind: str, x: torch.Tensor, y: torch.Tensor, gain, bias, eps: float) -> None:
         """Trace: a norm call, kept when its input is the output of a recorded residual sum."""
-        node = self._nodes.get(id(x))
+        node = self._node(x)
         if node is None or node[0] != "residual":
             return
         index = len(self.norms)
         self.norms.append(NormRecord(kind, x.detach(), y.detach(), None if gain is None else gain.detach(),
                                      None if bias is None else bias.detach(), float(eps), node[1]))
-        self._nodes[id(y)] = ("norm", index, y)
+        self._nodes[id(y)] = ("norm", index, weakref.ref(y))  # weakly: the output keeps its norm's graph
 
     def absorbed(self) -> torch.Tensor:
         """Per-sample relevance absorbed by all softmax rules, shape ``[B]``."""
