@@ -73,7 +73,7 @@ from . import register_attributor
 from .base import AttributorCall, AttributorResult, forward_from, input_of
 
 __all__ = ["LINEARISED_NORMS", "Block", "traced_forward", "stream_blocks", "projection_matrix", "alti_layer",
-           "alti_rollout_row", "alti_logit_terms", "alti", "alti_logit"]
+           "alti_rollout_row", "alti_logit_terms", "alti_matrices", "alti", "alti_logit"]
 
 #: the forward ALTI reads: plain autograd except the norms, whose normaliser is a constant (the linearisation of
 #: Ferrando et al.; LRP's identity rule), so the gradient of the logit at the last residual stream is ``g``
