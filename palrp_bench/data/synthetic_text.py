@@ -84,17 +84,19 @@ TINY_LLAMA_ARCH: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, nu
                                        hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False,
                                        initializer_range=0.1)
 
-ModelKind = Literal["cls", "causal", "qwen2_causal"]
-#: asset folder (model kind) -> (config class, model class, task) of the shipped tiny text models
+ModelKind = Literal["cls", "causal", "qwen2_causal", "evidence"]
+#: asset folder (model kind) -> (config class, model class, task) of the shipped tiny text models; ``evidence`` is
+#: the causal LLaMA of the evidence tasks with its own vocabulary and tokenizer (data/synthetic_evidence.py)
 TINY_TEXT_MODELS: dict[str, tuple[str, str, str]] = {
     "cls": ("LlamaConfig", "LlamaForSequenceClassification", "cls"),
     "causal": ("LlamaConfig", "LlamaForCausalLM", "mcqa"),
     "qwen2_causal": ("Qwen2Config", "Qwen2ForCausalLM", "mcqa"),
+    "evidence": ("LlamaConfig", "LlamaForCausalLM", "evidence"),
 }
 
-__all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "load_tiny_tokenizer", "make_synthetic_classification",
-           "make_synthetic_mcqa", "tiny_text_config", "load_tiny_text_model", "load_training_report", "batch_inputs",
-           "classification_accuracy", "mcqa_accuracy", "words_to_ids"]
+__all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "tiny_tokenizer_dir", "load_tiny_tokenizer",
+           "make_synthetic_classification", "make_synthetic_mcqa", "tiny_text_config", "load_tiny_text_model",
+           "load_training_report", "batch_inputs", "classification_accuracy", "mcqa_accuracy", "words_to_ids"]
 
 
 def _build_vocab() -> dict[str, int]:
@@ -115,12 +117,14 @@ def words_to_ids(text: str) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- tokenizer
-def build_tiny_tokenizer():
-    """The word-level fast tokenizer of the suite (what ``assets/text/tokenizer`` holds)."""
+def build_tiny_tokenizer(vocab: dict[str, int] | None = None):
+    """The word-level fast tokenizer of the suite (what ``assets/text/tokenizer`` holds); ``vocab`` (token -> id,
+    starting with :data:`SPECIAL_TOKENS`) builds the same kind of tokenizer over another vocabulary (the evidence
+    model's, data/synthetic_evidence.py)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    backend = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token="<unk>"))
+    backend = Tokenizer(models.WordLevel(vocab=VOCAB if vocab is None else vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="removed", invert=True)
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
                                                            special_tokens=[("<s>", BOS_ID)])
@@ -129,11 +133,22 @@ def build_tiny_tokenizer():
                                    pad_token="</s>", padding_side="right", model_max_length=512)
 
 
-def load_tiny_tokenizer(asset_dir: str | Path | None = None):
-    """The shipped tokenizer, via ``AutoTokenizer.from_pretrained`` (offline)."""
+def tiny_tokenizer_dir(kind: str | None = None, asset_dir: str | Path | None = None) -> Path:
+    """The tokenizer folder of the embedded model ``kind`` (an asset folder name, ``model.source`` of an
+    ``embedded_text`` config): the model's own folder when it holds a ``tokenizer.json`` (the evidence model), else
+    the suite's shared ``tokenizer/``."""
+    base = Path(asset_dir) if asset_dir is not None else ASSET_DIR
+    if kind is not None and (base / kind / "tokenizer.json").is_file():
+        return base / kind
+    return base / "tokenizer"
+
+
+def load_tiny_tokenizer(asset_dir: str | Path | None = None, kind: str | None = None):
+    """The shipped tokenizer of the embedded model ``kind`` (:func:`tiny_tokenizer_dir`; None: the suite's shared
+    one), via ``AutoTokenizer.from_pretrained`` (offline)."""
     from transformers import AutoTokenizer
 
-    folder = (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / "tokenizer"
+    folder = tiny_tokenizer_dir(kind, asset_dir)
     if not (folder / "tokenizer.json").is_file():
         raise MissingDataError(f"tiny tokenizer missing at {folder}",
                                "run `python scripts/train_tiny_text.py` to (re)create the text assets")
@@ -236,17 +251,17 @@ def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[Text
 
 
 # ----------------------------------------------------------------------------------------------- models
-def tiny_text_config(kind: ModelKind):
+def tiny_text_config(kind: ModelKind, vocab_size: int | None = None):
     """The config of a tiny model (its family's class, :data:`TINY_TEXT_MODELS`): :data:`TINY_LLAMA_ARCH`, the
-    suite's vocabulary, pad = eos."""
+    suite's vocabulary (or ``vocab_size`` tokens: the evidence model's own vocabulary), pad = eos."""
     import transformers
 
     _check_kind(kind)
     extra = {"num_labels": 2, "id2label": {0: "no_early_trigger", 1: "early_trigger"},
              "label2id": {"no_early_trigger": 0, "early_trigger": 1}} if kind == "cls" else {}
     config_class = getattr(transformers, TINY_TEXT_MODELS[kind][0])
-    return config_class(vocab_size=len(VOCAB), bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-                        **TINY_LLAMA_ARCH, **extra)
+    return config_class(vocab_size=len(VOCAB) if vocab_size is None else vocab_size, bos_token_id=BOS_ID,
+                        eos_token_id=EOS_ID, pad_token_id=PAD_ID, **TINY_LLAMA_ARCH, **extra)
 
 
 def _check_kind(kind: str) -> None:
@@ -258,7 +273,8 @@ def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None =
     """The shipped tiny model (eval mode, float32, CPU), loaded offline from ``assets/text/{kind}``.
 
     ``cls``: ``LlamaForSequenceClassification`` for :func:`make_synthetic_classification`;
-    ``causal`` / ``qwen2_causal``: ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for :func:`make_synthetic_mcqa`.
+    ``causal`` / ``qwen2_causal``: ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for :func:`make_synthetic_mcqa`;
+    ``evidence``: ``LlamaForCausalLM`` for the synthetic evidence tasks (data/synthetic_evidence.py).
     """
     import transformers
 

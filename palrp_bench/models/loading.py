@@ -395,7 +395,7 @@ def _load_embedded_text(cfg, device: str):
     from ..data import synthetic_text
 
     model = synthetic_text.load_tiny_text_model(cfg.source)
-    return model.to(device).eval(), synthetic_text.load_tiny_tokenizer()
+    return model.to(device).eval(), synthetic_text.load_tiny_tokenizer(kind=cfg.source)
 
 
 @register_loader("embedded_vit")

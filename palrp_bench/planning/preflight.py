@@ -181,9 +181,9 @@ def _kind_checks(cell: Cell, found: Preflight) -> None:
 # ------------------------------------------------------------------------------------------------- models
 def _embedded_assets(model) -> list[Path]:
     if model.loader == "embedded_text":
-        from ..data.synthetic_text import ASSET_DIR
+        from ..data.synthetic_text import ASSET_DIR, tiny_tokenizer_dir
 
-        return [ASSET_DIR / model.source / "model.safetensors", ASSET_DIR / "tokenizer" / "tokenizer.json"]
+        return [ASSET_DIR / model.source / "model.safetensors", tiny_tokenizer_dir(model.source) / "tokenizer.json"]
     if model.loader == "embedded_vit":
         from ..data.synthetic_vision import tiny_vit_paths
 

@@ -104,10 +104,10 @@ def model_fingerprint(model_cfg) -> str:
     identity = {"loader": loader, "kind": _value(model_cfg.kind), "dtype": _value(model_cfg.dtype),
                 "quantization": _value(model_cfg.quantization)}
     if loader == "embedded_text":
-        from ..data.synthetic_text import ASSET_DIR
+        from ..data.synthetic_text import ASSET_DIR, tiny_tokenizer_dir
 
         identity["weights"] = {"content": path_fingerprint(ASSET_DIR / str(model_cfg.source))}
-        identity["tokenizer"] = {"content": path_fingerprint(ASSET_DIR / "tokenizer")}
+        identity["tokenizer"] = {"content": path_fingerprint(tiny_tokenizer_dir(str(model_cfg.source)))}
     elif loader == "embedded_vit":
         from ..data.synthetic_vision import tiny_vit_paths
 
