@@ -58,5 +58,7 @@ def test_the_hub_parquet_layouts_are_committed():
     assert sorted(p.relative_to(FIXTURES).as_posix() for p in FIXTURES.rglob("*.parquet")
                   if "formats" not in p.parts) == [
         "arc/ARC-Easy/test-00000-of-00001.parquet", "arc/ARC-Easy/train-00000-of-00001.parquet",
+        "evidence/blimp/anaphor_number_agreement/train-00000-of-00001.parquet",
+        "evidence/squad_v2/validation-00000-of-00001.parquet",
         "imdb_hf/plain_text/test-00000-of-00001.parquet", "imdb_hf/plain_text/train-00000-of-00001.parquet",
         "wikipedia/20231101.en/train-00000-of-00002.parquet", "wikipedia/20231101.en/train-00001-of-00002.parquet"]

@@ -10,6 +10,13 @@
   loader) and 3- and 5-choice questions.
 * ``wikipedia/20231101.en/train-0000{0,1}-of-00002.parquet``: ``wikimedia/wikipedia`` format (id, url, title,
   text), two shards of three articles, one article longer than 40 words.
+* ``evidence/``: the evidence tasks' formats (``tests/data/test_text_evidence.py``), hand-written except the two
+  parquet files this script derives from them: Goldberg's ``lgd_dataset.tsv`` and Linzen's
+  ``agr_50_mostcommon_10K.tsv`` (sva), BLiMP's ``anaphor_number_agreement.jsonl``, Ferrando et al.'s
+  ``blimp_with_targets/anaphor_number_agreement.csv`` and the hub parquet
+  ``blimp/anaphor_number_agreement/train-00000-of-00001.parquet`` (the JSON-lines rows without the
+  ``one_prefix_*`` fields) (ra), SQuAD v2's nested ``dev-v2.0.json`` and the hub's flat rows of the same questions
+  ``squad_v2/validation-00000-of-00001.parquet`` (qa).
 * ``formats/<dataset>/<layout>/``: the same rows (IMDB Hugging Face, ARC-Easy, Wikipedia) in every other local
   layout the loaders read (``data/text_common.py``): JSON lines, a JSON list of records, a JSON dict of columns,
   CSV (flat columns only: not ARC, whose ``choices`` are nested), a ``datasets`` ``save_to_disk`` folder of a
@@ -172,8 +179,26 @@ def write_formats() -> None:
                 datasets.Dataset.from_list(rows).save_to_disk(str(folder))
 
 
+def write_evidence() -> None:
+    """The two hub parquet files of ``evidence/``, from the hand-written BLiMP JSON lines and SQuAD JSON."""
+    folder = HERE / "evidence"
+    blimp = [json.loads(line) for line in (folder / "anaphor_number_agreement.jsonl").read_text().splitlines()]
+    hub = [{k: v for k, v in row.items() if not k.startswith("one_prefix")} for row in blimp]
+    blimp_hub = folder / "blimp" / "anaphor_number_agreement"
+    blimp_hub.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(hub), blimp_hub / "train-00000-of-00001.parquet")
+    nested = json.loads((folder / "dev-v2.0.json").read_text())
+    rows = [{"id": qa["id"], "title": article["title"], "context": paragraph["context"], "question": qa["question"],
+             "answers": {"text": [a["text"] for a in qa["answers"]],
+                         "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+            for article in nested["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    (folder / "squad_v2").mkdir(exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "squad_v2" / "validation-00000-of-00001.parquet")
+
+
 if __name__ == "__main__":
     write_imdb()
     write_arc()
     write_wikipedia()
     write_formats()
+    write_evidence()

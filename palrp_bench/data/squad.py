@@ -1,0 +1,202 @@
+"""SQuAD v2 (Rajpurkar et al. 2018): the reading of its formats, and the ``qa`` task of the evidence benchmark
+(docs/evaluation.md, "Evidence data").
+
+**Reading** (:func:`iter_squad`, shared by every SQuAD v2 task): flat rows ``id, title, context, question,
+answers{text, answer_start}`` in file order, from
+
+* the official nested JSON (``train-v2.0.json`` / ``dev-v2.0.json``: ``data`` -> ``paragraphs`` -> ``qas``, with
+  ``is_impossible``), a file or a folder holding it;
+* the hub's flat rows (``rajpurkar/squad_v2``: ``squad_v2/{train,validation}-*.parquet``, JSON lines, CSV, a
+  ``save_to_disk`` folder), or the hub itself when ``path`` is None.
+
+``answerable_only`` keeps the questions with at least one answer (``is_impossible`` false).
+
+**The qa task** (:func:`load_qa`): each answerable question becomes an
+:class:`~palrp_bench.data.evidence_common.EvidenceSample` with the paragraph as ``context``; evidence = the first
+answer's span ``[answer_start, answer_start + len(text))`` in the context (a span whose text is not the answer is
+dropped, ``evidence_mismatch``). The paper gives no prompt, foil or correctness rule; ours:
+
+* prompt: ``"Context: {context}\\nQuestion: {question}\\nAnswer:"`` (evidence_common.format_qa_prompt); the
+  answer's first word follows it.
+* target: the first word of the first answer (:func:`~palrp_bench.data.evidence_common.first_word`: whitespace
+  split, surrounding punctuation removed).
+* foil: the first word of the answer of another answerable question on the same paragraph: the next one in
+  file order (cyclically) whose first word differs from the target, case-insensitively (:func:`paragraph_foils`).
+  It is a span of the same context that answers a different question, so the contrast asks what in the context
+  makes the model prefer this answer over another candidate of the same text; it depends on the data only, never
+  on a model. A paragraph with no such other answer gives no foil (dropped, ``no_foil``).
+* correct: logit(first token of the target) > logit(first token of the foil) at the answer position (the task
+  kind's ``correct_only``).
+
+``sample_id`` = ``qa-{SQuAD id}``; ``meta``: ``title``, ``answer`` (the full first answer), ``foil_id`` (the question
+whose answer gave the foil), ``split``, ``source``, ``evidence_source = "file:answer_start"``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from ..errors import BadInputError
+from .evidence_common import (EVIDENCE_JSONL_FIELDS, Dropped, EvidencePool, EvidenceSample, check_limit,
+                              check_options, collect_pool, first_word, is_evidence_jsonl, peek_records,
+                              read_evidence_jsonl)
+from .registry import register_dataset
+from .text_common import hub_records, load_hub_dataset
+
+HF_NAME = "rajpurkar/squad_v2"
+#: The hub's splits and the official file of each.
+OFFICIAL_FILES: dict[str, str] = {"train": "train-v2.0.json", "validation": "dev-v2.0.json"}
+#: Fields of a flat row.
+SQUAD_COLUMNS: tuple[str, ...] = ("id", "title", "context", "question", "answers")
+DEFAULT_SPLIT = "validation"
+
+__all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "OFFICIAL_FILES"]
+
+
+def _how_to_get(split: str) -> str:
+    return (f"download SQuAD v2 ({OFFICIAL_FILES.get(split, 'dev-v2.0.json')} or {HF_NAME} "
+            f"squad_v2/{split}-*.parquet) and pass path=<file or folder>, or run once with network access")
+
+
+def squad_answers(row: dict) -> tuple[list[str], list[int]]:
+    """``(texts, starts)`` of a flat row's ``answers`` (``{"text": [...], "answer_start": [...]}``)."""
+    answers = row.get("answers")
+    if isinstance(answers, str):  # a CSV copy stores the struct as JSON
+        answers = json.loads(answers)
+    if not isinstance(answers, dict) or "text" not in answers or "answer_start" not in answers:
+        raise BadInputError(f"SQuAD row {row.get('id')!r} has no answers{{text, answer_start}}",
+                            "use the hub's flat rows or the official nested JSON")
+    return [str(t) for t in answers["text"]], [int(s) for s in answers["answer_start"]]
+
+
+def _nested_rows(data: dict) -> Iterator[dict]:
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answers = [] if qa.get("is_impossible") else qa.get("answers", [])
+                yield {"id": str(qa["id"]), "title": str(article.get("title", "")), "context": paragraph["context"],
+                       "question": qa["question"],
+                       "answers": {"text": [a["text"] for a in answers],
+                                   "answer_start": [int(a["answer_start"]) for a in answers]}}
+
+
+def _official_file(path: Path, split: str) -> Path | None:
+    """The candidate official nested JSON for ``split``: ``path`` itself when it is a ``.json`` file, else the
+    split's official file name found under the folder ``path``."""
+    if path.is_file():
+        return path if path.suffix == ".json" else None
+    if path.is_dir() and split in OFFICIAL_FILES:
+        found = sorted(path.rglob(OFFICIAL_FILES[split]))
+        return found[0] if found else None
+    return None
+
+
+def _squad_rows(path: str | Path | None, split: str) -> tuple[Iterable[dict], str]:
+    """All flat rows of ``split`` (answerable or not) and the format read: ``squad_hub``, ``squad_json`` (the
+    official nested JSON) or ``squad_rows`` (a local copy of the flat rows)."""
+    how = _how_to_get(split)
+    if path is None:
+        dataset = load_hub_dataset(HF_NAME, None, split=split, what="SQuAD v2", how_to_get=how)
+        return hub_records(dataset, name=HF_NAME, how_to_get=how), "squad_hub"
+    local = Path(path).expanduser()
+    official = _official_file(local, split)
+    if official is not None:
+        try:
+            data = json.loads(official.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:  # JSON lines under a .json name: flat rows
+            data = None
+        if isinstance(data, dict) and "data" in data:
+            return _nested_rows(data), "squad_json"
+        local = official
+    if local.is_dir() and (local / "squad_v2").is_dir():
+        local = local / "squad_v2"
+    present, rows = peek_records(local, split, SQUAD_COLUMNS + EVIDENCE_JSONL_FIELDS, what="SQuAD v2",
+                                 how_to_get=how)
+    if is_evidence_jsonl(dict.fromkeys(present)):
+        raise BadInputError(f"{local} holds saved evidence records, not SQuAD rows",
+                            "read it with the qa dataset (load_qa)")
+    missing = [c for c in SQUAD_COLUMNS if c not in present and c != "title"]
+    if missing:
+        raise BadInputError(f"SQuAD v2 file {local} lacks the fields {missing} (has {sorted(present)})",
+                            f"use the official nested JSON (data -> paragraphs -> qas) or the hub's flat rows "
+                            f"{list(SQUAD_COLUMNS)}")
+    return rows, "squad_rows"
+
+
+def iter_squad(path: str | Path | None = None, split: str = DEFAULT_SPLIT, *,
+               answerable_only: bool = True) -> Iterator[dict]:
+    """SQuAD v2 flat rows of ``split`` in file order (module docstring); ``answerable_only`` drops questions
+    without an answer. Saved evidence records are not SQuAD rows: use :func:`load_qa` for those."""
+    rows, _ = _squad_rows(path, split)
+    for row in rows:
+        if answerable_only and not squad_answers(row)[0]:
+            continue
+        yield row
+
+
+def paragraph_foils(first_words: Sequence[str]) -> list[int | None]:
+    """For each question of a paragraph (its answer's first word, in file order), the index of the question whose
+    answer gives its foil: the next one, cyclically, whose first word differs case-insensitively; None if none."""
+    out: list[int | None] = []
+    n = len(first_words)
+    for j, word in enumerate(first_words):
+        out.append(next((k % n for k in range(j + 1, j + n) if first_words[k % n].lower() != word.lower()), None))
+    return out
+
+
+def _paragraphs(rows: Iterable[dict]) -> Iterator[list[dict]]:
+    """Consecutive rows with the same title and context (one paragraph of the official file)."""
+    block: list[dict] = []
+    for row in rows:
+        if block and (row["context"] != block[0]["context"] or row.get("title") != block[0].get("title")):
+            yield block
+            block = []
+        block.append(row)
+    if block:
+        yield block
+
+
+def _qa_candidates(rows: Iterable[dict], split: str, source: str) -> Iterator[EvidenceSample | Dropped]:
+    for block in _paragraphs(rows):
+        answers = [squad_answers(row) for row in block]
+        words = [first_word(texts[0]) for texts, _ in answers]
+        foils = paragraph_foils(words)
+        for row, (texts, starts), word, foil in zip(block, answers, words, foils):
+            sample_id = f"qa-{row['id']}"
+            context, answer, start = str(row["context"]), texts[0], starts[0]
+            if context[start:start + len(answer)] != answer:
+                yield Dropped(sample_id, "evidence_mismatch")
+                continue
+            meta = {"source": source, "evidence_source": "file:answer_start", "split": split,
+                    "title": str(row.get("title") or ""), "answer": answer,
+                    "foil_id": None if foil is None else str(block[foil]["id"])}
+            yield EvidenceSample(sample_id=sample_id, task="qa", target=word,
+                                 foil="" if foil is None else words[foil], evidence=((start, start + len(answer)),),
+                                 context=context, question=str(row["question"]), meta=meta)
+
+
+def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None) -> EvidencePool:
+    """The first ``limit`` kept qa samples of SQuAD v2 ``split`` (module docstring), drops counted
+    (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``path`` may also be saved evidence records."""
+    check_limit(limit)
+    if split not in OFFICIAL_FILES:
+        raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
+    if path is not None:
+        local = Path(path).expanduser()
+        if local.is_file() and local.suffix == ".jsonl":
+            present, records = peek_records(local, "", EVIDENCE_JSONL_FIELDS + SQUAD_COLUMNS, what="qa",
+                                            how_to_get=_how_to_get(split))
+            if is_evidence_jsonl(dict.fromkeys(present)):
+                return collect_pool(read_evidence_jsonl(records, "qa", f"qa file {local}"), limit,
+                                    what=f"qa file {local}", source="evidence_jsonl")
+    rows, source = _squad_rows(path, split)
+    answerable = (row for row in rows if squad_answers(row)[0])
+    return collect_pool(_qa_candidates(answerable, split, source), limit, what="SQuAD v2", source=source)
+
+
+@register_dataset("qa")
+def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
+    """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
+    check_options(options, ("split",), "qa")
+    return load_qa(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit)
