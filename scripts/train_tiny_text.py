@@ -7,14 +7,20 @@
 (c) ``Qwen2ForCausalLM`` (kind ``qwen2_causal``) on the same MCQA task with the causal recipe: a second decoder
     family (q/k/v biases) in the embedded default.
 
+(d) ``LlamaForCausalLM`` (kind ``evidence``, config ``tiny_llama_evidence``) on the three synthetic evidence tasks
+    of :mod:`palrp_bench.data.synthetic_evidence` (subject-verb agreement, reflexive anaphora, one-word qa), with its
+    own word-level tokenizer: the correct word (``are``, ``himself``, the answer) is learnt as the next token after
+    the causal text; the held-out report counts, per task, the samples with logit(target) > logit(foil).
+
 All: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
 fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
 ``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
-safetensors + ``training_report.json``; ``qwen2_causal/``).
+safetensors + ``training_report.json``; ``qwen2_causal/``; ``evidence/`` with its tokenizer files).
 
     python scripts/train_tiny_text.py              # the LLaMA models (about 15 s + 40 s of CPU time, one thread)
     python scripts/train_tiny_text.py --kind cls
     python scripts/train_tiny_text.py --kind qwen2_causal
+    python scripts/train_tiny_text.py --kind evidence
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from palrp_bench.data import synthetic_evidence as se  # noqa: E402
 from palrp_bench.data import synthetic_text as st  # noqa: E402
 
 #: Per kind: optimisation steps, batch size, peak learning rate.
@@ -40,6 +47,7 @@ RECIPES: dict[str, dict] = {
     "cls": {"steps": 300, "batch_size": 64, "lr": 5e-3},
     "causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
     "qwen2_causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
+    "evidence": {"steps": 600, "batch_size": 96, "lr": 5e-3},
 }
 #: Causal model: weight of the auxiliary next-token loss over the whole prompt. Without it the answer loss sits
 #: at chance (ln 4) for hundreds of steps; predicting the prompt's own tokens (e.g. each option letter after its
@@ -49,6 +57,8 @@ WARMUP_STEPS = 100
 WEIGHT_DECAY = 0.01
 GRAD_CLIP = 1.0
 HELDOUT = {"split": "test", "seed": 0, "n": 2000}
+#: Evidence model: held-out samples per task.
+EVIDENCE_HELDOUT = {"split": "test", "seed": 0, "n": 500}
 
 
 def _schedule(step: int, steps: int) -> float:
@@ -74,6 +84,86 @@ def _batch_loss(kind: str, model, samples) -> torch.Tensor:
     lm_loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), next_ids.reshape(-1),
                                                 ignore_index=-100)
     return answer_loss + LM_AUX_WEIGHT * lm_loss
+
+
+def _evidence_loss(model, tokenizer, samples) -> torch.Tensor:
+    """Evidence model: cross-entropy of the target word after the causal text plus :data:`LM_AUX_WEIGHT` times the
+    next-token loss over the text."""
+    ids, mask = se.causal_batch(tokenizer, samples)
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    last = mask.sum(-1) - 1
+    target = torch.tensor([se.EVIDENCE_VOCAB[s.target] for s in samples])
+    answer_loss = torch.nn.functional.cross_entropy(logits[torch.arange(len(samples)), last], target)
+    next_ids = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    lm_loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), next_ids.reshape(-1),
+                                                ignore_index=-100)
+    return answer_loss + LM_AUX_WEIGHT * lm_loss
+
+
+def evidence_heldout(model, tokenizer, n: int = EVIDENCE_HELDOUT["n"], seed: int = EVIDENCE_HELDOUT["seed"],
+                     split: str = EVIDENCE_HELDOUT["split"]) -> dict:
+    """Per task: samples, those with logit(target) > logit(foil) (``n_correct``, ``contrast_accuracy``) and those
+    whose arg-max next token is the target (``top1_accuracy``)."""
+    out = {}
+    for task in se.SYNTHETIC_EVIDENCE_TASKS:
+        samples = se.make_synthetic_evidence(task, n, seed=seed, split=split)
+        target, foil = se.contrast_logits(model, tokenizer, samples)
+        with torch.no_grad():
+            ids, mask = se.causal_batch(tokenizer, samples)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            top = logits[torch.arange(len(samples)), mask.sum(-1) - 1].argmax(-1)
+        n_correct = int((target > foil).sum())
+        out[task] = {"n": n, "n_correct": n_correct, "contrast_accuracy": n_correct / n,
+                     "top1_accuracy": float(sum(int(t) == se.EVIDENCE_VOCAB[s.target]
+                                                for t, s in zip(top, samples)) / n)}
+    return out
+
+
+def train_evidence(seed: int, steps: int, batch_size: int, lr: float, heldout_n: int = EVIDENCE_HELDOUT["n"]):
+    """Train the evidence model from scratch on the three synthetic tasks (equal shares of every batch, fresh
+    samples every step) and evaluate it on ``heldout_n`` test samples per task; returns ``(model, tokenizer, report
+    dict)``."""
+    import transformers
+
+    torch.manual_seed(seed)
+    tokenizer = se.build_evidence_tokenizer()
+    model = transformers.LlamaForCausalLM(st.tiny_text_config("evidence", vocab_size=len(se.EVIDENCE_VOCAB)))
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
+    per_task = batch_size // len(se.SYNTHETIC_EVIDENCE_TASKS)
+    pools = [se.make_synthetic_evidence(task, steps * per_task, seed=seed, split="train")
+             for task in se.SYNTHETIC_EVIDENCE_TASKS]
+    start, cpu_start = time.perf_counter(), time.process_time()
+    model.train()
+    progress = tqdm(range(steps), desc="training tiny evidence", mininterval=2.0)
+    for step in progress:
+        batch = [s for pool in pools for s in pool[step * per_task:(step + 1) * per_task]]
+        loss = _evidence_loss(model, tokenizer, batch)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimiser.step()
+        scheduler.step()
+        if step % 50 == 0:
+            progress.set_postfix(loss=f"{loss.item():.4f}")
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    model.eval()
+    report = {
+        "kind": "evidence",
+        "architecture": "LlamaForCausalLM",
+        "task": "synthetic evidence tasks (sva, ra, qa): the correct word after the causal text",
+        "heldout": {**EVIDENCE_HELDOUT, "n": heldout_n, "per_task": evidence_heldout(model, tokenizer, heldout_n)},
+        "train": {"seed": seed, "steps": steps, "batch_size": per_task * len(pools), "lr": lr,
+                  "warmup_steps": WARMUP_STEPS, "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
+                  "lm_aux_weight": LM_AUX_WEIGHT, "final_train_loss": float(loss.item()),
+                  "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+                  "threads": torch.get_num_threads()},
+        "vocab_size": len(se.EVIDENCE_VOCAB),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+    }
+    return model, tokenizer, report
 
 
 def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
@@ -129,27 +219,34 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", choices=[*st.TINY_TEXT_MODELS, "both"], default="both",
-                        help="which model to train (both = the two LLaMA models)")
+                        help="which model to train (both = the two LLaMA models of the text suite)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and training samples")
     parser.add_argument("--steps", type=int, default=None, help="override the recipe's number of steps")
     parser.add_argument("--out-dir", type=Path, default=st.ASSET_DIR, help="asset folder to write")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # reproducible float summation order; the models are tiny anyway
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    st.build_tiny_tokenizer().save_pretrained(str(args.out_dir / "tokenizer"))
     kinds = ["cls", "causal"] if args.kind == "both" else [args.kind]
+    if any(kind != "evidence" for kind in kinds):
+        st.build_tiny_tokenizer().save_pretrained(str(args.out_dir / "tokenizer"))
     for kind in kinds:
         recipe = dict(RECIPES[kind])
         if args.steps is not None:
             recipe["steps"] = args.steps
-        model, report = train(kind, args.seed, **recipe)
         folder = args.out_dir / kind
+        if kind == "evidence":
+            model, tokenizer, report = train_evidence(args.seed, **recipe)
+            tokenizer.save_pretrained(str(folder))
+            per_task = report["heldout"]["per_task"].items()
+            accuracy = ", ".join(f"{task} {r['n_correct']}/{r['n']}" for task, r in per_task)
+        else:
+            model, report = train(kind, args.seed, **recipe)
+            accuracy = f"{report['heldout_accuracy']:.4f} on {HELDOUT['n']} samples"
         model.save_pretrained(str(folder))
         (folder / st.REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
-        print(f"{kind}: held-out accuracy {report['heldout_accuracy']:.4f} on {HELDOUT['n']} samples, "
-              f"{report['train']['seconds']:.0f} s training ({report['train']['cpu_seconds']:.0f} s CPU), "
-              f"{size:.2f} MB in {folder}")
+        print(f"{kind}: held-out accuracy {accuracy}, {report['train']['seconds']:.0f} s training "
+              f"({report['train']['cpu_seconds']:.0f} s CPU), {size:.2f} MB in {folder}")
     return 0
 
 
