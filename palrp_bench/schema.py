@@ -126,10 +126,12 @@ class TaskConfig:
     name: str = MISSING
     #: the task adapter evaluating it (:data:`palrp_bench.evaluation.tasks.TASK_KINDS`): ``text_classification``
     #: (IMDB, Tables 1-2), ``next_token`` (ARC-Easy MCQA, Wikipedia, Table 3), ``image_classification`` (ImageNet
-    #: perturbation, Table 4, Appendix F), ``image_segmentation`` (Table 5), ``selftest``
+    #: perturbation, Table 4, Appendix F), ``image_segmentation`` (Table 5), ``evidence`` (sva, ra, qa:
+    #: docs/evidence.md), ``selftest``
     kind: str = MISSING
     #: dataset of :data:`palrp_bench.data.registry.DATASETS` (``imdb``, ``arc``, ``wikipedia``, ``imagenet``,
-    #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``), or ``selftest``
+    #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``, the evidence sets ``sva``, ``ra``, ``qa``,
+    #: ``synthetic_sva|ra|qa``), or ``selftest``
     dataset: str = MISSING
     #: local data path (IMDB CSV, ImageNet folder, ``gtsegs_ijcv.mat``); None for hub datasets / embedded data
     path: Optional[str] = None
@@ -144,6 +146,9 @@ class TaskConfig:
     #: causal attention (the default, correct). ``false`` reproduces the official code's known defect for ARC /
     #: Wikipedia, whose attention was bidirectional (docs/protocol.md section 2; the ``*_noncausal`` tasks)
     causal: bool = True
+    #: evidence tasks: explain ``logit(target) - logit(foil)`` (contrastive, the default) or the target's logit
+    #: alone (docs/evidence.md "Contrastive or not"); other task kinds ignore it
+    contrastive: bool = True
     #: extra keyword arguments of the dataset loader / the self-test computation
     options: Dict[str, Any] = field(default_factory=dict)
     #: hyperparameters of baseline methods on this task, by method name (overriding ``Method.params``; e.g. the

@@ -6,7 +6,8 @@ run of the cell (whatever its sharding) are skipped, so a killed job restarted w
 only what is missing.
 
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
-cost: counts, the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
+cost: counts, the samples the task's loader or adapter dropped at load by reason (``dropped``: the evidence tasks,
+docs/evidence.md), the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
 the explanations use (``stabilizers``, :func:`check_stabilizers_used`), the ``embeddings`` switch where it
 applies (checked against the cell's record, :func:`check_embeddings_used`), ``timing`` (``load_model_s``,
 ``load_data_s``, ``selection_s``, ``evaluate_s``, and ``first_batch_s`` / ``first_batch_samples``: the part of
@@ -235,6 +236,12 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         mark = time.monotonic()
         pool = adapter.load_samples(job.cell.task, bundle)
         timing["load_data_s"] = round(time.monotonic() - mark, 3)
+        dropped = getattr(pool, "dropped", None)  # samples a loader or adapter removed at load, by reason
+        if dropped is not None:  # recorded even when none was dropped: a count, never silence
+            status["dropped"] = {str(k): int(v) for k, v in sorted(dropped.items())}
+            reasons = ", ".join(f"{k}: {v}" for k, v in status["dropped"].items())
+            log.info("%s: %d sample(s) dropped at load%s", job.name, sum(status["dropped"].values()),
+                     f" ({reasons})" if reasons else "")
         selected, selection = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples,
                                              quiet=quiet)
         status["selection"] = asdict(selection)

@@ -122,6 +122,8 @@ class Cell:
         for key in ("method_params", "perturbation_steps"):  # unset: as before these fields existed
             if not task.get(key):
                 task.pop(key, None)
+        if task.get("contrastive", True):  # the default: as before the field existed
+            task.pop("contrastive", None)
         task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
         settings = {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
                     "aggregation": self.aggregation, "rules": self.rules, "stabilizers": self.stabilizer_choice,

@@ -1,0 +1,340 @@
+"""``kind: evidence``: do token attributions land on annotated evidence? The sva, ra and qa tasks of the
+decomposition-attribution paper scored with PG, MRR, RMA and PTA (docs/evidence.md).
+
+The loaders (``sva``, ``ra``, ``qa``, ``synthetic_sva|ra|qa``; :mod:`palrp_bench.data.evidence_common`) return
+model-independent records. This adapter turns each into the input of the model's head and maps the evidence to its
+tokens (:func:`prepare_evidence`):
+
+* the text: :func:`~palrp_bench.data.evidence_common.render` for the head (``causal`` LMs read the prefix or the qa
+  prompt; ``masked_lm`` models the sentence with the tokenizer's mask token), tokenised by the model's fast
+  tokenizer with its own special tokens (LLaMA's BOS, BERT's [CLS] and [SEP]; GPT-2's tokenizer adds none, so none
+  is prepended);
+* the tokens: ``evidence`` = the tokens whose offset range overlaps an evidence span
+  (:func:`~palrp_bench.data.evidence_common.tokens_overlapping`), ``special`` = the tokens the tokenizer added (an
+  empty offset range: BOS, [CLS], [SEP]; a [MASK] written in the text has a range and is no such token), and the
+  tokens of the qa ``context`` and ``question`` regions;
+* the read-out position: the last token (causal) or the mask token (masked LM);
+* target / foil: the first token of ``" " + word`` (tokens that decode to whitespace alone skipped, e.g. a
+  SentencePiece word-boundary piece); a masked LM needs words of one token.
+
+Dropped at load, counted per reason (:data:`ADAPTER_DROPS`; the pool's ``dropped`` adds them to the loader's, the
+runner logs them and writes them to the job's status and so to the manifest): the text is longer than the model's
+positions, no token overlaps the evidence, the evidence covers every token of the ``default`` mask, target and foil
+share their first token, the target or the foil is the tokenizer's unknown token, or a masked LM's word is not one
+token.
+
+Selection ``correct_only``: a sample is correct when ``logit(target) > logit(foil)`` at the read-out position (one
+plain forward). One explanation per sample (``palrp_bench.explain`` with ``target`` and, when the task is
+``contrastive`` (the default), ``foil``: the explained value is ``logit(target) - logit(foil)``; otherwise the
+target's logit alone), scored under each evaluation mask (:func:`evaluation_masks`) with
+:func:`palrp_bench.metrics.evidence.evidence_rows`:
+
+* ``default``: every token but those the tokenizer added ([MASK] stays); qa: the context tokens only;
+* ``with_special``: ``default`` plus the tokens the tokenizer added;
+* ``with_question`` (qa): every token but those the tokenizer added (context, question, the prompt's words).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ...data.evidence_common import EvidencePool, EvidenceSample, render, tokens_overlapping
+from ...data.registry import load_dataset
+from ...errors import BadInputError
+from ...metrics.evidence import evidence_rows
+from . import register_task
+from .base import JobContext, SampleResult, nonfinite_result
+
+__all__ = ["EvidenceAdapter", "PreparedEvidence", "ADAPTER_DROPS", "prepare_evidence", "evaluation_masks",
+           "word_token", "model_head", "max_positions"]
+
+log = logging.getLogger(__name__)
+
+#: why the adapter drops a sample after tokenisation (added to the loader's ``EvidencePool.dropped``)
+ADAPTER_DROPS: dict[str, str] = {
+    "too_long": "the input is longer than the model's positions",
+    "evidence_not_tokenized": "no token of the input overlaps the evidence",
+    "evidence_covers_all": "the evidence covers every token of the default evaluation mask",
+    "same_first_token": "target and foil share their first token",
+    "unknown_word": "the tokenizer knows the target or the foil only as its unknown token",
+    "multi_token_word": "a masked LM predicts one token, but the target or the foil is several",
+}
+#: what the cache of a sample must hold to be reused
+_CACHE_KEYS = {"scores", "logit", "explained", "rules", "aggregation", "stabilizers"}
+
+
+@dataclass
+class PreparedEvidence:
+    """One record as the model's head reads it (module docstring): token ids, per-token flags (``special``: added by
+    the tokenizer; ``evidence``; ``context`` / ``question``: qa regions), the read-out ``position``, the first token
+    of the target and of the foil."""
+
+    sample_id: str
+    task: str
+    input_ids: list[int]
+    special: list[bool]
+    evidence: list[bool]
+    position: int
+    target_id: int
+    foil_id: int
+    regions: dict[str, list[bool]] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def model_head(bundle) -> str:
+    """``causal`` or ``masked`` (the :func:`~palrp_bench.data.evidence_common.render` head) of the bundle's model
+    kind."""
+    kind = getattr(bundle.config.kind, "value", bundle.config.kind)
+    if kind == "causal":
+        return "causal"
+    if kind == "masked_lm":
+        return "masked"
+    raise BadInputError(f"evidence tasks explain causal or masked language models, not model kind {kind!r}",
+                        "pick a causal LM or a masked LM (model.kind)")
+
+
+def max_positions(model) -> int | None:
+    """The most tokens the model reads (``n_positions`` / ``max_position_embeddings`` of its config), or None."""
+    config = getattr(model, "config", None)
+    for key in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def word_token(tokenizer, word: str, *, single: bool) -> int | None:
+    """The first token of ``" " + word`` (leading pieces that decode to whitespace alone skipped); with ``single``
+    the word must be exactly one such token, else None."""
+    ids = list(tokenizer(" " + word, add_special_tokens=False)["input_ids"])
+    while ids and not tokenizer.decode([ids[0]]).strip():
+        ids.pop(0)
+    if not ids or (single and len(ids) != 1):
+        return None
+    return int(ids[0])
+
+
+def prepare_evidence(samples: Sequence[EvidenceSample], tokenizer, head: str,
+                     limit: int | None) -> tuple[list[PreparedEvidence], dict[str, int]]:
+    """The kept samples as their head reads them (module docstring) and the drops per reason
+    (:data:`ADAPTER_DROPS`). ``limit``: the model's positions (None: no limit)."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise BadInputError("evidence tasks map character spans to tokens with a fast tokenizer's offsets, but this "
+                            f"tokenizer ({type(tokenizer).__name__}) is not a fast one",
+                            "point model.tokenizer at a tokenizer with a tokenizer.json")
+    mask_token = getattr(tokenizer, "mask_token", None) if head == "masked" else None
+    rendered = [render(s, head, mask_token) for s in samples]
+    encoded = tokenizer([r.text for r in rendered], return_offsets_mapping=True, add_special_tokens=True)
+    kept: list[PreparedEvidence] = []
+    dropped: dict[str, int] = {}
+    words: dict[str, int | None] = {}
+    unknown = getattr(tokenizer, "unk_token_id", None)
+
+    def token_of(word: str) -> int | None:
+        if word not in words:
+            words[word] = word_token(tokenizer, word, single=head == "masked")
+        return words[word]
+
+    for sample, text, ids, offsets in zip(samples, rendered, encoded["input_ids"], encoded["offset_mapping"]):
+        reason = None
+        special = [int(e) <= int(s) for s, e in offsets]
+        evidence = tokens_overlapping(offsets, text.evidence)
+        regions = {name: tokens_overlapping(offsets, [span]) for name, span in text.regions.items()
+                   if name in ("context", "question", "mask")}
+        target, foil = token_of(sample.target), token_of(sample.foil)
+        if limit is not None and len(ids) > limit:
+            reason = "too_long"
+        elif not any(evidence):
+            reason = "evidence_not_tokenized"
+        elif unknown is not None and unknown in (target, foil):
+            reason = "unknown_word"
+        elif target is None or foil is None:
+            reason = "multi_token_word"
+        elif target == foil:
+            reason = "same_first_token"
+        if reason is None:
+            if head == "masked":
+                position = regions["mask"].index(True) if any(regions.get("mask", ())) else -1
+                if position < 0:
+                    raise BadInputError(f"the tokenizer split the mask token {mask_token!r} of sample "
+                                        f"{sample.sample_id}", "use the tokenizer of the masked LM")
+            else:
+                position = len(ids) - 1
+            prepared = PreparedEvidence(sample.sample_id, sample.task, list(ids), special, evidence, position,
+                                        target, foil, {k: v for k, v in regions.items() if k != "mask"},
+                                        dict(sample.meta))
+            default, _ = evaluation_masks(prepared)["default"]
+            if all(e for e, v in zip(evidence, default) if v):
+                reason = "evidence_covers_all"
+            else:
+                kept.append(prepared)
+        if reason is not None:
+            dropped[reason] = dropped.get(reason, 0) + 1
+    return kept, dropped
+
+
+def evaluation_masks(sample: PreparedEvidence) -> dict[str, tuple[list[bool], list[bool]]]:
+    """``mask -> (valid, evidence)`` per token of one prepared sample (module docstring): ``default``,
+    ``with_special`` and, for qa, ``with_question``. Evidence is restricted to the valid tokens."""
+    plain = [not s for s in sample.special]
+    if sample.task == "qa":
+        default = [c and p for c, p in zip(sample.regions["context"], plain)]
+        masks = {"default": default,
+                 "with_special": [d or s for d, s in zip(default, sample.special)],
+                 "with_question": plain}
+    else:
+        masks = {"default": plain, "with_special": [True] * len(plain)}
+    return {name: (valid, [e and v for e, v in zip(sample.evidence, valid)]) for name, valid in masks.items()}
+
+
+class PreparedPool(list):
+    """The prepared samples in dataset order, with the drops of the loader and of the adapter (``dropped``)."""
+
+    def __init__(self, samples, dropped: dict[str, int], source: str = ""):
+        super().__init__(samples)
+        self.dropped = dict(dropped)
+        self.source = source
+
+    @property
+    def sample_ids(self) -> list[str]:
+        return [s.sample_id for s in self]
+
+
+def _batch(samples: Sequence[PreparedEvidence], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    length = max(len(s) for s in samples)
+    ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), length), dtype=torch.long)
+    for i, s in enumerate(samples):
+        ids[i, :len(s)] = torch.tensor(s.input_ids, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def _pad_id(bundle) -> int:
+    tok = bundle.tokenizer
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, attr, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _flags(samples: Sequence[PreparedEvidence], masks: list[dict], name: str, width: int):
+    valid = torch.zeros((len(samples), width), dtype=torch.bool)
+    evidence = torch.zeros((len(samples), width), dtype=torch.bool)
+    for i, m in enumerate(masks):
+        v, e = m[name]
+        valid[i, :len(v)] = torch.tensor(v, dtype=torch.bool)
+        evidence[i, :len(e)] = torch.tensor(e, dtype=torch.bool)
+    return valid, evidence
+
+
+@register_task("evidence")
+class EvidenceAdapter:
+    """The evidence benchmark (module docstring): causal and masked language models."""
+
+    model_kinds = ("causal", "masked_lm")
+
+    def sample_length(self, sample: PreparedEvidence) -> int:
+        return len(sample)
+
+    def load_samples(self, task, bundle) -> PreparedPool:
+        pool = load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
+                            tokenizer=bundle.tokenizer)
+        if not isinstance(pool, EvidencePool):
+            raise BadInputError(f"dataset {task.dataset!r} holds no evidence records (task {task.name})",
+                                "use an evidence dataset: sva, ra, qa, synthetic_sva, synthetic_ra, synthetic_qa")
+        prepared, dropped = prepare_evidence(pool, bundle.tokenizer, model_head(bundle), max_positions(bundle.model))
+        merged = dict(pool.dropped)
+        for reason, n in dropped.items():
+            merged[reason] = merged.get(reason, 0) + n
+        return PreparedPool(prepared, merged, pool.source)
+
+    @torch.no_grad()
+    def correct(self, bundle, samples, ctx) -> list[bool]:
+        ids, mask = _batch(samples, _pad_id(bundle))
+        logits = bundle.model(input_ids=ids.to(bundle.device), attention_mask=mask.to(bundle.device)).logits
+        rows = torch.arange(len(samples), device=logits.device)
+        at = logits[rows, torch.tensor([s.position for s in samples], device=logits.device)]
+        target = at[rows, torch.tensor([s.target_id for s in samples], device=logits.device)]
+        foil = at[rows, torch.tensor([s.foil_id for s in samples], device=logits.device)]
+        return [bool(t > f) for t, f in zip(target.float().cpu(), foil.float().cpu())]
+
+    def _explained(self, bundle, samples, ctx: JobContext, width: int):
+        """Scores ``[B, width]`` (0 after each sample's tokens), per-sample info and arrays to cache: from the cache
+        when every sample is there, else one ``palrp_bench.explain`` call."""
+        import palrp_bench
+
+        cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
+        scores = torch.zeros((len(samples), width), dtype=torch.float32)
+        if all(c is not None and _CACHE_KEYS <= set(c) for c in cached):
+            infos = []
+            for j, c in enumerate(cached):
+                scores[j, :len(c["scores"])] = torch.from_numpy(np.asarray(c["scores"], dtype=np.float32))
+                info = {"rules": str(c["rules"]), "aggregation": str(c["aggregation"]),
+                        "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
+                        "explained": int(c["explained"]), "n_tokens": len(samples[j]),
+                        "contrastive": bool(ctx.task.contrastive)}
+                if ctx.task.contrastive:
+                    info["foil"] = samples[j].foil_id
+                infos.append(info)
+            return scores, infos, [None] * len(samples)
+        ids, mask = _batch(samples, _pad_id(bundle))
+        options = {"causal": bool(ctx.task.causal)}
+        if model_head(bundle) == "masked":
+            options["position"] = torch.tensor([s.position for s in samples])
+        foil = torch.tensor([s.foil_id for s in samples]) if ctx.task.contrastive else None
+        rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
+                                  target=torch.tensor([s.target_id for s in samples]), foil=foil,
+                                  **ctx.explain_kwargs(), **options).to("cpu")
+        infos, arrays = [], []
+        for j, sample in enumerate(samples):
+            n = len(sample)
+            scores[j, :n] = rel.scores[j, :n].detach().float()
+            info = {"rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": rel.extras["stabilizers"],
+                    "logit": float(rel.logit[j]), "explained": int(rel.target[j]), "n_tokens": n,
+                    "contrastive": bool(ctx.task.contrastive),
+                    "forward_passes": int(rel.extras["forward_passes"][j])}
+            if foil is not None:
+                info["foil"] = int(foil[j])
+            if "embeddings" in rel.extras:
+                info["embeddings"] = str(rel.extras["embeddings"])
+            infos.append(info)
+            tokens = bundle.tokenizer.convert_ids_to_tokens(sample.input_ids)
+            arrays.append({"scores": scores[j, :n].numpy().copy(), "tokens": np.asarray([str(t) for t in tokens]),
+                           "evidence": np.asarray(sample.evidence), "special": np.asarray(sample.special),
+                           "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
+                           "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
+                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
+        return scores, infos, arrays
+
+    def evaluate(self, bundle, samples, ctx, metrics=("evidence",)) -> list[SampleResult]:
+        samples = list(samples)
+        width = max(len(s) for s in samples)
+        scores, infos, arrays = self._explained(bundle, samples, ctx, width)
+        masks = [evaluation_masks(s) for s in samples]
+        finite = [bool(torch.isfinite(scores[j, :len(s)]).all()) for j, s in enumerate(samples)]
+        rows: list[list] = [[] for _ in samples]
+        if "evidence" in metrics:
+            names = list(dict.fromkeys(name for m in masks for name in m))
+            for name in names:
+                members = [j for j, m in enumerate(masks) if name in m and finite[j]]
+                if not members:
+                    continue
+                valid, evidence = _flags([samples[j] for j in members], [masks[j] for j in members], name, width)
+                for j, sample_rows in zip(members, evidence_rows(scores[members], evidence, valid, name)):
+                    rows[j] += sample_rows
+        results = []
+        for j, sample in enumerate(samples):
+            if not finite[j]:
+                results.append(nonfinite_result(sample.sample_id, infos[j]))
+            else:
+                results.append(SampleResult(sample.sample_id, rows[j], infos[j], arrays[j]))
+        return results
