@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.palrp-installed
 
-.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f attnlrp_table1 bench gpu-check clean
+.PHONY: setup test demo smoke report table1 table2 table3 table4 table5 appendix_f attnlrp_table1 evidence_table1 bench gpu-check clean
 
 setup: $(STAMP)
 
@@ -41,9 +41,11 @@ report: setup
 
 # Real reproductions (GPU + data); on a machine without them they stop at once listing what is missing.
 # attnlrp_table1: the AttnLRP paper's Table 1 with every baseline (docs/baselines.md).
+# evidence_table1: the decomposition-attribution paper's Table 1, PG / MRR / RMA / PTA on sva, ra, qa (docs/evidence.md;
+# one task at a time where the data is local, e.g. ARGS="task=sva task.path=<file>"; docs/evidence.md "Real data").
 # ARGS: extra overrides, e.g. make table1 ARGS="model=tinyllama model.source=/ckpt/tinyllama_imdb"
 ARGS ?=
-table1 table2 table3 table4 table5 appendix_f attnlrp_table1: setup
+table1 table2 table3 table4 table5 appendix_f attnlrp_table1 evidence_table1: setup
 	$(VENV)/bin/palrp-bench experiment=$@ $(ARGS)
 
 bench: setup

@@ -186,6 +186,9 @@ class CellBlock:
     methods: List[str] = field(default_factory=list)
     #: metrics of these cells; empty = each task's ``metrics``
     metrics: List[str] = field(default_factory=list)
+    #: the models' dtype in these cells, overriding each model config's (e.g. the evidence paper's float64 on sva
+    #: and ra); None = the model config's
+    dtype: Optional[DType] = None
 
 
 @dataclass
@@ -195,6 +198,9 @@ class ExperimentConfig:
     name: str = MISSING
     description: str = ""
     cells: List[CellBlock] = field(default_factory=list)
+    #: epsilon-rule stabilisers of every cell (``official`` | ``none``) when the command line sets none
+    #: (``stabilizers=...`` wins); None = the protocol's default
+    stabilizers: Optional[str] = None
 
 
 @dataclass

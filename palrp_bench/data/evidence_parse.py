@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import MissingDataError
 
-__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "load_parser", "parse", "sva_subject_span",
+__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "load_parser", "parse", "sva_subject_span",
            "ra_antecedent_span", "parser_source", "NeedsParse", "resolve_parses"]
 
 #: The spaCy pipeline used unless ``task.options.spacy_model`` names another.
@@ -47,6 +47,18 @@ _MAX_HEAD_STEPS = 8
 def parser_source(model: str) -> str:
     """The ``meta["evidence_source"]`` of parsed evidence."""
     return f"parser:spacy/{model}"
+
+
+def parser_missing(model: str = SPACY_MODEL) -> str | None:
+    """What of the parser is not installed (``spaCy`` or its model ``model``), found without importing spaCy (the
+    preflight asks before any load); None when both are there."""
+    from importlib.util import find_spec
+
+    if find_spec("spacy") is None:
+        return "spaCy"
+    if find_spec(model) is None:
+        return f"spaCy's English model {model}"
+    return None
 
 
 @lru_cache(maxsize=4)

@@ -28,7 +28,7 @@ import string
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import BadInputError
+from ..errors import BadInputError, PalrpError
 from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit, check_options,
                               collect_pool, content_sample_id, is_evidence_jsonl, peek_records, read_evidence_jsonl,
                               word_span)
@@ -44,7 +44,7 @@ BLIMP_COLUMNS: tuple[str, ...] = ("sentence_good", "sentence_bad")
 BLIMP_OPTIONAL: tuple[str, ...] = ("one_prefix_prefix", "one_prefix_word_good", "one_prefix_word_bad", "UID", "pairID",
                                    "target", "target_phrase")
 
-__all__ = ["load_ra", "split_minimal_pair"]
+__all__ = ["load_ra", "split_minimal_pair", "needs_parser", "HF_NAME", "PARADIGM"]
 
 
 def _how_to_get(paradigm: str) -> str:
@@ -122,6 +122,21 @@ def _local(path: Path, paradigm: str) -> Path:
         if (path / paradigm).is_dir():
             return path / paradigm
     return path
+
+
+def needs_parser(path: str | Path | None, paradigm: str = PARADIGM) -> bool:
+    """Whether the ra data at ``path`` marks no antecedent, so that loading it needs spaCy's parse: the hub
+    (``path`` None), BLiMP's JSON lines and parquet; False for the CSV with ``target`` columns, saved evidence
+    records and anything unreadable (the loader says what is wrong)."""
+    if path is None:
+        return True
+    try:
+        present, _ = peek_records(_local(Path(path).expanduser(), paradigm), "train",
+                                  BLIMP_COLUMNS + BLIMP_OPTIONAL + EVIDENCE_JSONL_FIELDS, what=f"BLiMP {paradigm}",
+                                  how_to_get=_how_to_get(paradigm))
+    except (OSError, ValueError, PalrpError):
+        return False
+    return bool(present) and not is_evidence_jsonl(dict.fromkeys(present)) and "target" not in present
 
 
 def load_ra(path: str | Path | None = None, limit: int | None = None, paradigm: str = PARADIGM,

@@ -44,12 +44,31 @@ LINZEN_COLUMNS: tuple[str, ...] = ("orig_sentence", "verb_index", "subj_index", 
 _IRREGULAR = {"is": "are", "are": "is", "has": "have", "have": "has", "does": "do", "do": "does", "goes": "go",
               "go": "goes", "was": "were", "were": "was"}
 
-__all__ = ["load_sva", "other_number", "MASK"]
+__all__ = ["load_sva", "other_number", "needs_parser", "MASK", "SOURCES"]
+
+
+#: where the two files come from
+SOURCES = (f"Goldberg (2019)'s {GOLDBERG_FILE}: github.com/yoavg/bert-syntax; Linzen et al. (2016)'s "
+           f"{LINZEN_FILE}.gz: tallinzen.net/media/rnn_agreement/{LINZEN_FILE}.gz")
 
 
 def _how_to_get() -> str:
     return (f"download Goldberg's {GOLDBERG_FILE} (the bert-syntax repository of Goldberg 2019) or Linzen et al.'s "
             f"{LINZEN_FILE}.gz and pass path=<file>")
+
+
+def needs_parser(path: str | Path | None) -> bool:
+    """Whether the sva file at ``path`` marks no subject, so that loading it needs spaCy's parse (Goldberg's TSV);
+    False for Linzen's TSV, saved evidence records and anything unreadable (the loader says what is wrong)."""
+    try:
+        file = _resolve(path)
+        if file.suffix in (".jsonl", ".json"):
+            return False
+        with _open_text(file) as handle:
+            fields = handle.readline().rstrip("\r\n").split("\t")
+    except (OSError, UnicodeDecodeError, MissingDataError):
+        return False
+    return len(fields) == 5 and MASK in fields[2]
 
 
 def other_number(verb: str, verb_pos: str) -> str:

@@ -38,6 +38,10 @@ class Method:
     * ``dataset_params``: per ``task.dataset`` (``imdb``, ``wikipedia``, ``imagenet``), the values the AttnLRP paper
       chose for that dataset (the captions of its Tables 5-7), applied before a task's own.
     * ``modalities``: the twin modalities the method is defined for (``tokens``, ``pixels``).
+    * ``refused_model_kinds``: model kinds (``configs/model/*.yaml`` ``kind``) the method never runs on, with the
+      reason and the fix (``alti_logit``: masked LMs, post-norm encoders); the plan refuses such a cell before any
+      model loads (:meth:`check_model_kind`). Models of another kind the method cannot explain are refused by the
+      method itself once loaded.
     * ``paper_row`` / ``source``: how the papers name the row, and where the method and its values come from.
     """
 
@@ -53,10 +57,12 @@ class Method:
     params: Mapping[str, object] = field(default_factory=dict)
     dataset_params: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     modalities: tuple[str, ...] = MODALITIES
+    refused_model_kinds: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     source: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "refused_model_kinds", MappingProxyType(dict(self.refused_model_kinds)))
         object.__setattr__(self, "dataset_params", MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in self.dataset_params.items()}))
         for dataset, values in self.dataset_params.items():
@@ -107,6 +113,14 @@ class Method:
         if modality not in self.modalities:
             raise BadInputError(f"method {self.name!r} is defined for {' and '.join(self.modalities)} models, not "
                                 f"{modality}", "choose a method that fits the model (see docs/baselines.md)")
+
+
+    def check_model_kind(self, kind: str, model: str = "") -> None:
+        """Refuse a model kind the method never runs on (:attr:`refused_model_kinds`; one line)."""
+        if kind in self.refused_model_kinds:
+            reason, fix = self.refused_model_kinds[kind]
+            name = f"model {model} ({kind})" if model else f"{kind} models"
+            raise BadInputError(f"method {self.name!r} cannot explain {name}: {reason}", fix)
 
 
 #: model passes per explained sample by attributor: ``(params, n_features) -> (forwards, backwards)``; AtMan's
@@ -210,6 +224,9 @@ register_method(Method(
     "alti_logit", "ALTI-Logit: the explained logit decomposed along the residual stream, attention updates tracked "
     "to the input tokens with ALTI (pre-norm decoders)", attributor="alti_logit", paper_row="ALTI-Logit",
     modalities=("tokens",),
+    refused_model_kinds={"masked_lm": ("masked LMs (BERT, RoBERTa) are post-norm encoders, whose residual stream is "
+                                       "no sum of block outputs",
+                                       "use method=alti (Ferrando et al. 2022), the paper's proxy for BERT")},
     source="Ferrando et al. 2023; A Close Look at Decomposition-based Attributions, appendix B.1 (GQA, RMSNorm)"))
 register_method(Method(
     "alti", "ALTI: rollout of per-block token contributions from L1 distances of transformed vectors (targets ignored)",

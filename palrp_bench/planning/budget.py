@@ -60,6 +60,12 @@ def pool_size(task, constants: CostConstants) -> int | None:
     size: int | None
     if dataset in ("synthetic_text", "synthetic_vision", "selftest"):
         size = int(options.get("n", 40))
+    elif dataset in ("synthetic_sva", "synthetic_ra", "synthetic_qa"):
+        from ..data.synthetic_evidence import DEFAULT_N
+
+        size = int(options.get("n", DEFAULT_N))
+    elif dataset == "qa" and options.get("split", "validation") != "validation":
+        size = constants.pool_sizes.get(f"qa/{options['split']}")
     elif dataset == "imagenet":
         subset = options.get("subset", "protocol5000")
         size = (PROTOCOL_SUBSET_SIZE if subset == "protocol5000" else IMAGENET_VAL_SIZE if subset == "all"

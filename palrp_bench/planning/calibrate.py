@@ -100,13 +100,20 @@ class Measurement:
 
 
 def _batch_work(cell: Cell, arch: Architecture, batch: list, constants: CostConstants) -> list[Work | None]:
-    """The work of each sample of one batch from its real shape (text: the batch's padded width explained, its
-    own real tokens forwarded); vision and the self-test: the cell's fixed work."""
+    """The work of each sample of one batch from its real shape (text and evidence: the batch's padded width
+    explained, its own real tokens forwarded); vision and the self-test: the cell's fixed work."""
     base = sample_work(cell, arch, constants)
-    if cell.task.kind not in ("text_classification", "next_token") or base is None:
+    if base is None:
+        return [base] * len(batch)
+    if cell.task.kind == "evidence":  # prepared evidence samples know their length
+        width = max(len(s) for s in batch)
+        return [Work(1, float(width), base.forwards, float(len(s)), base.explain_forwards, base.attributor)
+                for s in batch]
+    if cell.task.kind not in ("text_classification", "next_token"):
         return [base] * len(batch)
     width = max(len(s.input_ids) for s in batch)
-    return [Work(1, float(width), base.forwards, float(real_token_count(s)), base.explain_forwards) for s in batch]
+    return [Work(1, float(width), base.forwards, float(real_token_count(s)), base.explain_forwards, base.attributor)
+            for s in batch]
 
 
 def _units(cell: Cell, arch: Architecture, batches: list[list], constants: CostConstants) -> tuple[float, int]:

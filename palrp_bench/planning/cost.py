@@ -53,7 +53,7 @@ __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIP
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
            "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
            "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
-           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
+           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM", "alti_memory"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -235,6 +235,8 @@ class Work:
     forwards: float
     forward_tokens: float
     explain_forwards: float = 1.0
+    #: the method's attributor (:data:`palrp_bench.methods.registry.PASSES`): ALTI's memory has its own formula
+    attributor: str = "lrp"
 
 
 def typical_tokens(task, constants: "CostConstants") -> float | None:
@@ -284,9 +286,18 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
     metric: ``nlp_perturbation`` :data:`NLP_FORWARDS` (next token :data:`NEXT_TOKEN_FORWARDS`),
     ``vision_perturbation`` :data:`VISION_FORWARDS` (and a second, target-class explanation),
     ``attnlrp_perturbation`` two curves over the features (tokens / pixels, at most ``perturbation_steps``),
-    ``segmentation`` / ``positional_share`` none."""
+    ``segmentation`` / ``positional_share`` / ``evidence`` none (the evidence metrics score the explanation alone;
+    its selection forwards each candidate once, priced apart)."""
+    from ..methods.registry import get_method
+
     kind, metrics = cell.task.kind, set(cell.metrics)
     steps = getattr(cell.task, "perturbation_steps", None)
+    attributor = get_method(cell.method).attributor
+    if kind == "evidence":
+        real = typical_tokens(cell.task, constants)
+        if real is None:
+            return None
+        return Work(1, real, 0.0, real, explanation_forwards(cell, arch, constants, round(real)), attributor)
     if kind in ("text_classification", "next_token"):
         real = typical_tokens(cell.task, constants)
         if real is None:
@@ -298,7 +309,8 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
         if "attnlrp_perturbation" in metrics:
             forwards += _attnlrp_forwards(real, steps)
         explained = float(padded or real)
-        return Work(1, explained, forwards, real, explanation_forwards(cell, arch, constants, round(explained)))
+        return Work(1, explained, forwards, real, explanation_forwards(cell, arch, constants, round(explained)),
+                    attributor)
     if kind in ("image_classification", "image_segmentation"):
         tokens = float(arch.tokens or 0)
         forwards = VISION_FORWARDS if "vision_perturbation" in metrics else 0.0
@@ -307,7 +319,7 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
             forwards += _attnlrp_forwards(int(size) ** 2 if size else (arch.pixels or 224 * 224), steps)
         patches = round(tokens) - 1 if tokens else 0
         return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
-                    explanation_forwards(cell, arch, constants, patches))
+                    explanation_forwards(cell, arch, constants, patches), attributor)
     return Work(0, 0.0, 0, 0.0)
 
 
@@ -499,6 +511,28 @@ def profile_key(model, arch: Architecture) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ memory
+#: attributors whose explanation memory is ALTI's (:func:`alti_memory`) rather than a backward's
+ALTI_ATTRIBUTORS = ("alti", "alti_logit")
+#: query rows of ALTI's transformed vectors are taken this many elements at a time (attributors/alti.py)
+ALTI_CHUNK_ELEMENTS = 2 ** 24
+
+
+def alti_memory(arch: Architecture, tokens: float, batch_size: int, width: int) -> float:
+    """Bytes one ALTI / ALTI-Logit explanation holds above the weights (docs/baselines.md "ALTI and ALTI-Logit",
+    memory), with ``B`` the batch, ``T`` the tokens, ``L`` blocks, ``H`` heads, ``D`` the width, ``b = width`` bytes
+    per element of the model's dtype and ``a = max(b, 4)`` of the accumulation::
+
+        B (L (H T^2 b + 9 T D b + 8 T^2) + H T D a) + 2 min(B T^2 D, 2^24) a  +  B H T^2 (b + 4)
+
+    the recorded attention weights, what the trace keeps per block, the float64 ALTI matrices, one block's values
+    through ``W_O`` per head, one chunk of transformed vectors with its copy, and the eager forward's scores and
+    weights of one block."""
+    b, a = float(width), float(max(width, 4))
+    B, T, L, H, D = float(batch_size), float(tokens), float(arch.layers), float(arch.heads), float(arch.hidden)
+    return (B * (L * (H * T * T * b + 9 * T * D * b + 8 * T * T) + H * T * D * a)
+            + 2 * min(B * T * T * D, float(ALTI_CHUNK_ELEMENTS)) * a + B * H * T * T * (b + 4))
+
+
 def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants, device: str,
                 batch_size: int, forward_batch_size: int) -> float:
     """Estimated peak bytes of a job::
@@ -509,7 +543,8 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
 
     ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
     scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
-    only one layer's. Weights: by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
+    only one layer's; ALTI and ALTI-Logit (no backward through the model) hold :func:`alti_memory` instead. Weights:
+    by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
     if arch.family == "none":
         return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
     import torch
@@ -521,7 +556,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     weights = (arch.params - quantized) * width + quantized * NF4_BYTES_PER_PARAM
     mem = constants.memory
     explain = 0.0
-    if work.explanations:
+    if work.explanations and work.attributor in ALTI_ATTRIBUTORS:
+        explain = alti_memory(arch, work.explain_tokens, batch_size, width)
+    elif work.explanations:
         per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
                            + mem.get("explain_per_score", 2) * arch.heads * work.explain_tokens) * width
         explain = batch_size * work.explain_tokens * arch.layers * per_token_layer

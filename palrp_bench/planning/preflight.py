@@ -13,7 +13,8 @@ of finding them one per invocation after a model load of minutes. Checked, in th
   tokenizer each text model will load (:func:`palrp_bench.models.loading.tokenizer_source`);
 * datasets: local files with their expected sizes (IMDB rows, the 50,000 ImageNet validation images that
   ``subset=protocol5000`` needs, the 4,276 entries of ``gtsegs_ijcv.mat``), using the dataset modules' own
-  constants and listing code;
+  constants and listing code; the evidence sets: sva's local file (on no hub), and spaCy with its English model
+  where a file marks no evidence (:func:`_evidence_checks`);
 * the hub, for everything not local: the local cache first (``huggingface_hub.try_to_load_from_cache``, no
   network). Offline (``HF_HUB_OFFLINE=1``) an uncached item is a problem. Online, ONE reachability probe
   (:data:`palrp_bench.hub.HUB_PROBE_TIMEOUT` seconds); when the hub does not answer, uncached items are problems
@@ -43,7 +44,14 @@ __all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
            "check_requirements", "local_checkpoint_problem", "HUB_DATASETS"]
 
 #: hub datasets and the repository they come from (``task.path`` unset)
-HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia"}
+HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia", "ra": "nyu-mll/blimp",
+                "qa": "rajpurkar/squad_v2"}
+#: a local copy of each hub dataset (the fix that avoids the hub)
+LOCAL_COPIES = {"arc": "<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
+                "wikipedia": "<wikipedia> (20231101.en/train-00000-of-00041.parquet)",
+                "ra": "<blimp> (anaphor_number_agreement.jsonl, or a folder holding "
+                      "anaphor_number_agreement/train-*.parquet)",
+                "qa": "<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)"}
 #: the Hugging Face copy of IMDB (``task.options.source=hf`` without ``task.path``)
 HUB_IMDB = "stanfordnlp/imdb"
 #: hub datasets read by streaming: the loader never fills the local cache, so offline they need ``task.path``
@@ -358,7 +366,36 @@ def _imagenet_seg_checks(task, found: Preflight, fix: _Overrides) -> None:
 DATASET_CHECKS = {"imdb": _imdb_checks, "imagenet": _imagenet_checks, "imagenet_seg": _imagenet_seg_checks}
 
 
+def _evidence_checks(task, found: Preflight, fix: _Overrides) -> None:
+    """The evidence sets (docs/evidence.md "Real data"): sva is on no hub (a local file of Goldberg or Linzen);
+    files without evidence annotations (Goldberg's TSV, BLiMP from the hub or its JSON lines) need spaCy and its
+    English model, which is not on PyPI."""
+    from ..data import ra, sva
+    from ..data.evidence_parse import SPACY_FIX, SPACY_MODEL, parser_missing
+
+    if task.dataset == "sva" and task.path is None:
+        found.add(f"sva data ({task.name}): not on the Hugging Face hub, it needs a local file",
+                  fix("task", task.name, "task.path=<lgd_dataset.tsv or agr_50_mostcommon_10K.tsv.gz>")
+                  + f" ({sva.SOURCES})")
+        return
+    if task.dataset == "sva":
+        parsed = sva.needs_parser(task.path)
+    elif task.dataset == "ra":
+        parsed = ra.needs_parser(task.path, str(task.options.get("paradigm", ra.PARADIGM)))
+    else:
+        return
+    model = str(task.options.get("spacy_model", SPACY_MODEL))
+    missing = parser_missing(model) if parsed else None
+    if missing is not None:
+        where = task.path if task.path is not None else f"the hub's {ra.HF_NAME}"
+        found.add(f"{missing} ({task.name}): {where} marks no evidence, which spaCy's parse finds",
+                  SPACY_FIX if model == SPACY_MODEL else
+                  f'pip install -e ".[evidence]" && python -m spacy download {model}')
+
+
 def _task_checks(task, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
+    if task.kind == "evidence":
+        _evidence_checks(task, found, fix)
     if task.path is not None:
         check = DATASET_CHECKS.get(task.dataset)
         if check is not None:
@@ -373,8 +410,7 @@ def _task_checks(task, found: Preflight, needs: list[_HubNeed], fix: _Overrides)
     if repo is None:
         return
     cached = task.dataset not in STREAMED_DATASETS and hub_cached(repo, "dataset")
-    local_copy = {"arc": "<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
-                  "wikipedia": "<wikipedia> (20231101.en/train-00000-of-00041.parquet)"}.get(task.dataset, "<path>")
+    local_copy = LOCAL_COPIES.get(task.dataset, "<path>")
     needs.append(_HubNeed(repo, "dataset", f"hub dataset {repo} ({task.name})", cached,
                           fix("task", task.name, f"task.path={local_copy}"), check_access=False))
 

@@ -4,12 +4,16 @@ shard).
 A *cell* is one (model, task, method) with the metrics it evaluates and the settings that change its numbers. A *job* is one shard of a cell. Cells come from the experiment (``experiment=table1``); ``model=``,
 ``task=``, ``method=`` and ``metric=`` on the command line either name a single cell (all of model, task and
 method given) or filter the experiment's cells.
+
+An experiment may set what its paper ran with: a block's ``dtype`` replaces its models' dtype in its cells (also
+for a single cell of the experiment named on the command line, unless the command line sets ``model.dtype``), and
+the experiment's ``stabilizers`` apply when the command line sets none (``evidence_table1``: float64 on sva and ra, exact rules; docs/evidence.md).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from ..errors import BadInputError
 from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..numerics import resolve_tf32
 from ..rundir import cell_directory
-from ..schema import ModelConfig, TaskConfig
+from ..schema import DType, ModelConfig, TaskConfig
 from .batching import check_batch_size
 from .sharding import check_shard
 from .store import store_name
@@ -203,7 +207,10 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     metric_choice = cfg.metric.name if cfg.get("metric") is not None else None
     protocol = cfg.protocol.value if isinstance(cfg.protocol, Enum) else str(cfg.protocol)
     tie_break = resolve_tie_break(cfg.get("tie_break"), protocol)
-    stabilizers = check_stabilizers(cfg.get("stabilizers"))
+    stabilizers = cfg.get("stabilizers")
+    if stabilizers is None:  # the experiment's, when the command line sets none
+        stabilizers = getattr(cfg.experiment, "stabilizers", None)
+    stabilizers = check_stabilizers(stabilizers)
     tf32 = resolve_tf32(cfg.get("tf32"), protocol)
     embeddings = cfg.get("embeddings", "full")
     embeddings = check_embeddings(embeddings.value if isinstance(embeddings, Enum) else str(embeddings))
@@ -212,15 +219,15 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
 
         get_composite(cfg.rules)
 
-    triples: list[tuple[str, str, str, tuple[str, ...]]] = []
+    triples: list[tuple[str, str, str, tuple[str, ...], object]] = []
+    blocks = [(m, t, me, tuple(block.metrics), getattr(block, "dtype", None)) for block in cfg.experiment.cells
+              for m in block.models for t in block.tasks for me in block.methods]
     if len(chosen) == 3:
-        triples.append((chosen["model"], chosen["task"], chosen["method"], ()))
+        # a cell of the experiment keeps the dtype its block gives (e.g. evidence_table1's float64 on sva / ra)
+        dtype = next((b[4] for b in blocks if b[:3] == (chosen["model"], chosen["task"], chosen["method"])), None)
+        triples.append((chosen["model"], chosen["task"], chosen["method"], (), dtype))
     else:
-        for block in cfg.experiment.cells:
-            for m in block.models:
-                for t in block.tasks:
-                    for me in block.methods:
-                        triples.append((m, t, me, tuple(block.metrics)))
+        triples = blocks
         wanted = {"model": 0, "task": 1, "method": 2}
         triples = [c for c in triples if all(c[wanted[g]] == v for g, v in chosen.items())]
         if not triples:
@@ -231,16 +238,21 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
 
     cells: list[Cell] = []
     seen: set[str] = set()
-    for model_name, task_name, method_name, block_metrics in triples:
+    for model_name, task_name, method_name, block_metrics, block_dtype in triples:
         model = _to_object(cfg.model, ModelConfig) if "model" in chosen else catalog.load("model", model_name)
         task = _to_object(cfg.task, TaskConfig) if "task" in chosen else catalog.load("task", task_name)
         model = _to_object(model, ModelConfig)
         task = _to_object(task, TaskConfig)
+        if block_dtype is not None and ("model" not in chosen
+                                        or model.dtype == _to_object(catalog.load("model", model_name),
+                                                                     ModelConfig).dtype):
+            # the block's dtype, unless the command line set model.dtype (a value other than the config file's)
+            model = replace(model, dtype=DType(getattr(block_dtype, "value", block_dtype)))
+        method = get_method(method_name)
         modality = MODEL_MODALITY.get(model.kind.value)
         if modality is not None:  # e.g. a ViT-only composite on a language model: refused before any job runs
-            get_method(method_name).check_modality(modality)
-        else:
-            get_method(method_name)
+            method.check_modality(modality)
+        method.check_model_kind(model.kind.value, model.name)  # e.g. alti_logit on a masked LM
         LOADERS.lookup(model.loader, f" (model {model.name})")
         TASK_KINDS.lookup(task.kind, f" (task {task.name})")
         metrics = tuple(block_metrics) or tuple(task.metrics)
