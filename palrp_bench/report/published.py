@@ -10,7 +10,7 @@ variant, metric) and the difference to it (:data:`palrp_bench.rundir.PAPER_COLUM
 with its ``paper_task`` (``mcqa_noncausal`` with ``mcqa``).
 
 Published rows meet a run's rows by name only: no model, task or method of a published table has to be a
-registered config or method (a table may name models the harness adds later, as ``evidence_table1`` does), and a
+registered config or method (a table may name what the harness does not ship), and a
 metric only needs the registry for its direction when the CSV leaves ``higher_is_better`` empty.
 """
 from __future__ import annotations
