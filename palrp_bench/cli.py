@@ -321,6 +321,30 @@ def normalise_argv(argv: list[str]) -> list[str]:
     return (["--multirun"] if multirun else []) + rest
 
 
+def defer_keys_of_swept_groups(argv: list[str]) -> list[str]:
+    """In a multirun, ``task.options.n=12`` beside a swept ``task=a,b`` becomes ``task.options.n=choice(12)``.
+
+    Hydra composes a multirun's base config without the swept groups, so a plain override of a key inside one of
+    them has no node to land on there (its own error is an assertion with a traceback); as a one-value sweep it is
+    applied in each job, after the job's group is chosen, with the same value and the same job override line."""
+    if "--multirun" not in argv:
+        return argv
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    parsed = {arg: parser.parse_override(arg) for arg in argv if not arg.startswith("-") and "=" in arg}
+    swept = {o.key_or_group for o in parsed.values() if o.key_or_group in _CHECKED_GROUPS and o.is_sweep_override()}
+    out = []
+    for arg in argv:
+        o = parsed.get(arg)
+        if (o is not None and "." in o.key_or_group and o.key_or_group.split(".", 1)[0] in swept
+                and not o.is_sweep_override() and not o.is_delete() and o.package is None):
+            key, _, value = arg.partition("=")
+            arg = f"{key}=choice({value})"
+        out.append(arg)
+    return out
+
+
 register_schemas()
 
 
@@ -345,7 +369,7 @@ def main() -> None:
         check_overrides(argv)
     except BadInputError as err:
         fail(err)
-    sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *defer_keys_of_swept_groups(argv)]
     _hydra_main()
 
 

@@ -428,7 +428,7 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
     if pending:
         rules = sorted({(c.cell.task.name, getattr(c.cell.task.selection, "value", c.cell.task.selection),
                          c.cell.task.select_count) for c in pending})
-        described = "; ".join(f"{t} {r} {n}" for t, r, n in rules)
+        described = "; ".join(f"{t} {r}" + ("" if n is None else f" {n}") for t, r, n in rules)
         selection = sum(c.selection_seconds or 0.0 for c in pending)
         lines.append(f"* selection pending: {described}")
         lines.append(f"  counts assume accuracy {budget.assumed_accuracy:g}; the selection forwards "

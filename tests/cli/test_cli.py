@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from palrp_bench.cli import check_overrides
+from palrp_bench.cli import check_overrides, defer_keys_of_swept_groups
 from palrp_bench.errors import BadInputError
 from runner.harness import NO_GPU, read_results, run_cli
 
@@ -28,6 +28,27 @@ def test_valid_overrides_pass_the_check():
     check_overrides(["-m", "model=llama3_8b", "task=mcqa", "method=attnlrp,pe_only,pa_lrp", "task.options.x=1",
                      "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "runner.devices=[0,1]",
                      "+experiment=table1", "report.confidence=0.9"])
+
+
+def test_keys_of_a_swept_group_are_deferred_to_each_job():
+    argv = ["--multirun", "task=synthetic_sva,synthetic_ra", "task.options.n=12", "model.dtype=float64",
+            "method=attnlrp,pa_lrp", "method.rules=x", "runner.max_samples=3"]
+    assert defer_keys_of_swept_groups(argv) == [
+        "--multirun", "task=synthetic_sva,synthetic_ra", "task.options.n=choice(12)", "model.dtype=float64",
+        "method=attnlrp,pa_lrp", "method.rules=choice(x)", "runner.max_samples=3"]
+    assert defer_keys_of_swept_groups(argv[1:]) == argv[1:]          # a single run is Hydra's as written
+    assert defer_keys_of_swept_groups(["--multirun", "task=a", "task.options.n=1,2"]) == \
+        ["--multirun", "task=a", "task.options.n=1,2"]
+
+
+def test_multirun_sets_a_key_inside_the_swept_group(tmp_path):
+    """Hydra alone fails here with an AssertionError traceback: the multirun's base config has no task node."""
+    done = run_cli("-m", "model=tiny_llama_evidence", "task=synthetic_sva,synthetic_ra", "task.options.n=12",
+                   "method=attnlrp", "mode=plan", f"run_dir={tmp_path / 'run'}", cwd=tmp_path, env=NO_GPU)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "Traceback" not in done.stderr
+    planned = re.findall(r"tiny_llama_evidence\s+(synthetic_\w+)\s+attnlrp\s+<=(\d+)", done.stdout)
+    assert planned == [("synthetic_sva", "12"), ("synthetic_ra", "12")], done.stdout
 
 
 def _one_line_error(done, code=2):
