@@ -71,8 +71,30 @@ def embeddings_used(model, method="attnlrp", embeddings: str = "full") -> str | 
     return embeddings if embeddings_switch_applies(m, twin.positional.name, twin.modality) else None
 
 
+#: the methods an encoder-decoder twin explains so far (one LRP pass through both stacks); the baselines follow
+ENCODER_DECODER_METHODS = ("attnlrp", "cp_lrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input")
+
+
+def _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask):
+    """``twin.prepare`` with the decoder inputs where the twin is an encoder-decoder (T5); elsewhere decoder inputs
+    are refused, as is a method an encoder-decoder twin does not explain yet (one line each)."""
+    name = type(model).__name__
+    if not getattr(twin, "encoder_decoder", False):
+        if decoder_input_ids is not None or decoder_attention_mask is not None:
+            raise BadInputError(f"{name} is not an encoder-decoder: it takes no decoder_input_ids / "
+                                "decoder_attention_mask", "drop them")
+        return twin.prepare
+    if m.name not in ENCODER_DECODER_METHODS:
+        raise BadInputError(f"method {m.name!r} does not support encoder-decoders ({name}) yet",
+                            f"use one of: {', '.join(ENCODER_DECODER_METHODS)}")
+
+    def prepare(inputs, attention_mask):
+        return twin.prepare(inputs, attention_mask, decoder_input_ids, decoder_attention_mask)
+    return prepare
+
+
 def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, aggregation="official", *,
-            foil=None, embeddings: str = "full", rules=None, protocol="official",
+            decoder_input_ids=None, decoder_attention_mask=None, foil=None, embeddings: str = "full", rules=None, protocol="official",
             stabilizers: str | Stabilizers | None = None,
             correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
             **options) -> Explanation:
@@ -81,12 +103,18 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     Args:
         model: the library model object as the user loaded it: a Hugging Face causal LM or sequence classifier of
             a decoder family (LLaMA, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3, Phi-3, GPT-NeoX; incl. bitsandbytes
-            4-bit), GPT-2, OPT, BLOOM, BERT or RoBERTa heads, a timm ``VisionTransformer`` / DeiT or RoPE ViT
-            (the README's support table lists what each family supports).
+            4-bit), GPT-2, OPT, BLOOM, BERT or RoBERTa heads, the encoder-decoder ``T5ForConditionalGeneration``
+            (T5, T5 v1.1, Flan-T5), a timm ``VisionTransformer`` / DeiT or RoPE ViT (the README's support table
+            lists what each family supports).
         inputs: ``input_ids`` ``[B, T]`` for language models (GPT-2 / BLOOM / BERT-style twins also take a
             tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
-            for vision transformers.
+            for vision transformers. Encoder-decoders: the encoder's ``input_ids`` ``[B, T_enc]``.
         attention_mask: ``[B, T]`` (language models; left or right padding).
+        decoder_input_ids: encoder-decoders only, and required there: ``[B, T_dec]``, the decoder start token
+            followed by the answer so far; the explained logit is the one at the last real decoder position
+            (docs/engine.md, "T5"). ``scores``, ``semantic`` and ``positional`` are then over the encoder tokens,
+            the decoder tokens' in ``extras["decoder_scores"]`` (:meth:`palrp_bench.models.t5.T5Twin.split`).
+        decoder_attention_mask: ``[B, T_dec]`` (encoder-decoders; None = no decoder padding).
         method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``,
             the AttnLRP paper's ViT composites ``attnlrp_gamma_b4`` | ``cp_lrp_gamma_b4``, or a baseline
             ``integrated_gradients`` | ``smoothgrad`` | ``attn_rollout`` | ``grad_attn_rollout`` | ``grad_cam`` |
@@ -124,7 +152,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             ``{"sigma": 0.1}`` for SmoothGrad); an unknown key is an error.
         batch_size: most rows per forward of multi-pass baselines (IG, SmoothGrad, AtMan); None = all at once.
         options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
-            ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; vision: ``attention``).
+            ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; T5: ``relative_bias_rule`` =
+            relative_half|key; vision: ``attention``).
 
     Inputs, ``attention_mask``, token types and ``target`` may be on any device (CPU ids for a CUDA model): the
     twin's ``prepare`` checks them where they are and moves them to the model's device, the target follows the
@@ -141,9 +170,10 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     twin = twin_for(model)
     m.check_modality(twin.modality)
     resolved = m.resolved_params(params)
+    prepare = _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask)
     if not m.is_lrp:
         _stabilizers(twin, model, m, None, stabilizers, protocol)  # its refusals only: baselines take none
-        e = run_attributor(twin, twin.prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
+        e = run_attributor(twin, prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
                            batch_size, foil=foil)
         e.extras["stabilizers"] = NONE.name
         return e
@@ -156,8 +186,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         options["stabilizers"] = stab
     if correct_sign is None:
         correct_sign = protocol == "corrected" and getattr(twin, "is_classifier", False)
-    prepared = twin.prepare(inputs, attention_mask)
-    sinks = m.positional_sinks or not twin.positional.affects_semantic
+    prepared = prepare(inputs, attention_mask)
+    sinks = m.positional_sinks or twin.positional.read_always
     attribution = attribute(lambda: twin.run(prepared, composite, positional_sinks=sinks, **options), target,
                             starting_relevance=twin.starting_relevance, foil=foil)
     parts = twin.summarize(prepared, attribution)
@@ -183,6 +213,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name)
     if attribution.foil is not None:
         extras["foil"] = attribution.foil
-    return Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
-                       logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
-                       aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)
+    e = Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
+                    logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
+                    aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)
+    return twin.split(e) if getattr(twin, "encoder_decoder", False) else e

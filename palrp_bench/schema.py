@@ -62,6 +62,7 @@ class ModelKind(Enum):
     causal = "causal"
     classifier = "classifier"
     masked_lm = "masked_lm"
+    seq2seq = "seq2seq"
     vit = "vit"
     none = "none"
 
@@ -69,7 +70,8 @@ class ModelKind(Enum):
 #: what each model kind is, in words (messages; the model kinds a task kind evaluates are declared by its adapter,
 #: ``model_kinds`` in :mod:`palrp_bench.evaluation.tasks`)
 MODEL_KIND_WORDS = {"causal": "a causal language model", "classifier": "a text classifier",
-                    "masked_lm": "a masked language model", "vit": "an image classifier",
+                    "masked_lm": "a masked language model",
+                    "seq2seq": "an encoder-decoder language model", "vit": "an image classifier",
                     "none": "no model (the harness self-test)"}
 
 

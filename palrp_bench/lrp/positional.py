@@ -8,8 +8,12 @@ uses that carry position only. Every kind here says
   modification, docs/design.md);
 * ``identity``: the relation between relevances its rule guarantees, which the tests check;
 * ``affects_semantic``: whether making the encoding a sink changes the relevance of anything else. For an added
-  encoding (learned absolute) it does not, so its sink is always read; for RoPE the products split relevance
-  between q/k and cos/sin, so the semantic relevance of PA-LRP differs from AttnLRP's, whose cos/sin are constants;
+  encoding (learned absolute) it does not; for RoPE the products split relevance between q/k and cos/sin, so the
+  semantic relevance of PA-LRP differs from AttnLRP's, whose cos/sin are constants;
+* ``read_always``: the sinks are read in every pass, also by methods whose scores do not use them: kinds that change
+  no other relevance and cost nothing to read (learned absolute, ALiBi). T5's relative bias changes no other
+  relevance either, but reading it costs a gradient of the ``[B, H, T, T]`` bias per layer, so only the methods that
+  use positional relevance read it;
 * ``reduce``: the per-token (per-patch) positional relevance from the sinks' elementwise relevance ``x * grad``.
 
 A new kind (2D RoPE, ALiBi, sinusoidal) is one class registered with :func:`register_positional`; partial rotary
@@ -25,9 +29,9 @@ import torch
 from ..errors import BadInputError
 from . import rules
 
-__all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "ALiBi", "Rope2D", "POSITIONAL_KINDS",
+__all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "ALiBi", "RelativeBias", "Rope2D", "POSITIONAL_KINDS",
            "register_positional", "get_positional", "RopeRelevance", "PositionalRelevance", "AlibiSinks",
-           "ALIBI_RULES", "real_token_positions"]
+           "ALIBI_RULES", "RelativeBiasSinks", "RELATIVE_BIAS_RULES", "real_token_positions"]
 
 POSITIONAL_KINDS: dict[str, type["PositionalKind"]] = {}
 
@@ -59,6 +63,7 @@ class PositionalKind:
     name: ClassVar[str]
     multi_sink: ClassVar[bool]
     affects_semantic: ClassVar[bool]
+    read_always: ClassVar[bool]
     sinks: ClassVar[str]
     rule: ClassVar[str]
     identity: ClassVar[str]
@@ -98,6 +103,7 @@ class RoPE(PositionalKind):
     name = "rope"
     multi_sink = True
     affects_semantic = True
+    read_always = False
     sinks = "one (cos, sin) leaf pair per layer"
     rule = "uniform rule on x*cos and rot(x)*sin (paper Eq. 10)"
     identity = "R(cos_k) + R(sin_k) = (R(q~_k) + R(k~_k)) / 2 per layer k"
@@ -155,6 +161,7 @@ class LearnedAbsolute(PositionalKind):
     name = "learned_absolute"
     multi_sink = False
     affects_semantic = False
+    read_always = True
     sinks = "one leaf copy of the position table"
     rule = "epsilon rule on z = E + P (paper Eq. 5, eps -> 0)"
     identity = "R(E) + R(P) = R(E + P)"
@@ -256,6 +263,7 @@ class ALiBi(PositionalKind):
     name = "alibi"
     multi_sink = True
     affects_semantic = False
+    read_always = True
     sinks = "per layer: query-side and key-side position leaves [B, H, T]"
     rule = "epsilon rule on A + P, then alibi_rule=paper (R(j) = m j g) or relative_half (R(P)/2 to each of i, j)"
     identity = "sum over tokens of a layer's positional relevance = sum P * g (both rules, both bias forms)"
@@ -326,6 +334,140 @@ class ALiBi(PositionalKind):
                 torch.stack([k.sum(1) for k in key], 1))
 
 
+#: ``relative_bias_rule`` choices (docs/positional.md, "Relative position bias (T5)")
+RELATIVE_BIAS_RULES = ("relative_half", "key")
+
+
+@dataclass
+class RelativeBiasSinks:
+    """One layer's sinks of a relative position bias ``B_hij``: ``query`` ``[B, H, Tq]`` and ``key`` ``[B, H, Tk]``,
+    ones standing for the query and key positions that the bias term relates (``B_hij = 1_hi * B_hij * 1_hj``). The
+    sides that receive relevance under the rule are leaves, the others constants."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+
+    def leaves(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {f"{prefix}_{side}": t for side, t in (("query", self.query), ("key", self.key)) if t.requires_grad}
+
+
+class _BiasSinks(torch.autograd.Function):
+    """Forward: the layer's bias ``[B?, H, Tq, Tk]`` expanded to the batch (a view, no copy). Backward: with ``g`` the
+    gradient reaching it, the relevance ``B * g`` of every term, summed per query (over heads' keys) and per key
+    (over queries), times each side's share: the gradient of the ones of :class:`RelativeBiasSinks`. One head at a
+    time, in at least float32, so the transient is ``[B, Tq, Tk]``."""
+
+    @staticmethod
+    def forward(ctx, bias, query, key, query_share, key_share):  # noqa: D401
+        ctx.save_for_backward(bias)
+        ctx.shares = (query_share, key_share)
+        ctx.acc = query.dtype
+        return bias.expand(query.shape[0], -1, -1, -1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (bias,) = ctx.saved_tensors
+        want_query, want_key = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        b, h, tq, tk = grad.shape
+        query = grad.new_zeros(b, h, tq, dtype=ctx.acc) if want_query else None
+        key = grad.new_zeros(b, h, tk, dtype=ctx.acc) if want_key else None
+        for head in range(h):
+            r = bias[:, head].to(ctx.acc) * grad[:, head].to(ctx.acc)
+            if want_query:
+                query[:, head] = r.sum(-1)
+            if want_key:
+                key[:, head] = r.sum(-2)
+        share_q, share_k = ctx.shares
+        return (None, None if query is None else query * share_q, None if key is None else key * share_k, None,
+                None)
+
+
+@register_positional
+class RelativeBias(PositionalKind):
+    """A learned relative position bias added to the attention scores (T5: ``B_hij = table[h, bucket(j - i)]``, one
+    table per stack shared by all its layers; docs/positional.md, "Relative position bias (T5)", derives the rules).
+
+    * sinks: per layer and stack, fresh ones ``[B, H, T]`` standing for the query and the key positions of the bias
+      terms (multi-sink: every layer's use of the shared table is its own sink, as RoPE's per-layer cos/sin copies);
+    * rule: epsilon rule on ``A + B`` (``R(B_hij) = B_hij g_hij`` with ``g`` the gradient at the scores), then
+      ``relative_bias_rule="relative_half"`` -- half of each ``R(B_hij)`` to query ``i``, half to key ``j`` (the uniform
+      rule on the product ``1_i B_hij 1_j``) -- or ``"key"`` -- all of it to key ``j``. Unlike ALiBi's, the bias is not
+      constant along a row, so the query side is not zero;
+    * identity: per layer, the positional relevance is ``sum B * g`` under both rules; under ``relative_half`` the
+      query and key sides have equal totals.
+
+    The bias is the full ``[H, Tq, Tk]`` tensor the library materialises too (a bucketed table has no low-rank form
+    to put into extra query/key dimensions, as ALiBi's); it enters the fused attention as its additive mask, and
+    reading its relevance needs the gradient of that mask: one ``[B, H, Tq, Tk]`` tensor per layer during the backward,
+    reduced at once to the ``[B, H, T]`` sides (:class:`_BiasSinks`), and on the CPU the unfused attention kernel
+    (docs/engine.md, "T5").
+    """
+
+    name = "relative_bias"
+    multi_sink = True
+    affects_semantic = False
+    read_always = False
+    sinks = "per layer and stack: query-side and key-side ones [B, H, T]"
+    rule = "epsilon rule on A + B, then relative_bias_rule=relative_half (R(B)/2 to each of i, j) or key (R(B) to j)"
+    identity = "sum over tokens of a layer's positional relevance = sum B * g (both rules); relative_half: query " \
+               "total = key total"
+
+    @staticmethod
+    def check_rule(rule: str) -> str:
+        if rule not in RELATIVE_BIAS_RULES:
+            raise BadInputError(f"unknown relative_bias_rule {rule!r}",
+                                f"use one of: {', '.join(RELATIVE_BIAS_RULES)}")
+        return rule
+
+    @staticmethod
+    def layer_sinks(batch: int, heads: int, queries: int, keys: int, rule: str, enabled: bool,
+                    dtype: torch.dtype, device) -> RelativeBiasSinks:
+        """The ones of one layer (leaves where the rule sends relevance, when ``enabled``), in at least float32 (they
+        never enter the forward values, only the relevance sums)."""
+        acc = torch.promote_types(dtype, torch.float32)
+        query = torch.ones(batch, heads, queries, dtype=acc, device=device)
+        key = torch.ones(batch, heads, keys, dtype=acc, device=device)
+        if enabled:
+            key.requires_grad_(True)
+            if rule == "relative_half":
+                query.requires_grad_(True)
+        return RelativeBiasSinks(query, key)
+
+    @staticmethod
+    def apply(bias: torch.Tensor, sinks: RelativeBiasSinks, product_rule: str) -> torch.Tensor:
+        """The bias ``[1 or B, H, Tq, Tk]`` as one layer uses it, ``[B, H, Tq, Tk]`` (the same values, a view): the
+        product ``1_i B_hij 1_j`` with ``B`` constant, under ``product_rule`` (``uniform``: each leaf among the ones
+        gets ``1 / n`` of ``R(B_hij)``; ``gradient``: each gets ``B * g`` whole, Gradient x Input of the ones).
+        Masked pairs may hold the mask's large negative value: their gradient is 0, so is their relevance."""
+        leaves = [t for t in (sinks.query, sinks.key) if t.requires_grad]
+        if not leaves:
+            return bias.expand(sinks.query.shape[0], -1, -1, -1)
+        share = 1.0 / len(leaves) if product_rule == "uniform" else 1.0
+        if product_rule not in ("uniform", "gradient"):
+            raise ValueError(f"unknown product rule {product_rule!r}; expected uniform or gradient")
+        return _BiasSinks.apply(bias, sinks.query, sinks.key, share, share)
+
+    @staticmethod
+    def reduce(relevance: dict, prefix: str, n_layers: int, batch: int, tokens: int, like: torch.Tensor
+               ) -> tuple[PositionalRelevance, torch.Tensor, torch.Tensor]:
+        """``(PositionalRelevance [B, L, 1, T], query side [B, L, T], key side [B, L, T])`` of one stack's
+        self-attention from the sinks' relevance (lists per layer of ``[B, H, T]`` under ``<prefix>_query`` and
+        ``<prefix>_key``; a missing side contributes zeros). Elements of a token's term: the heads of its query and
+        key sides."""
+        zeros = like.new_zeros(batch, n_layers, tokens)
+        query = relevance.get(f"{prefix}_query") or []
+        key = relevance.get(f"{prefix}_key") or []
+        if not query and not key:
+            return PositionalRelevance.zeros(batch, n_layers, 1, tokens, like), zeros, zeros.clone()
+        heads = (query or key)[0].shape[1]
+        empty = like.new_zeros(batch, heads, tokens)
+        query = query or [empty] * n_layers
+        key = key or [empty] * n_layers
+        elements = [torch.cat([q, k], 1) for q, k in zip(query, key)]          # [B, 2H, T] per layer
+        return (PositionalRelevance.from_elements(elements), torch.stack([q.sum(1) for q in query], 1),
+                torch.stack([k.sum(1) for k in key], 1))
+
+
 def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
     """Interleaved RoPE helper: ``[x0, x1, x2, x3] -> [-x1, x0, -x3, x2]`` (a signed permutation, like
     :func:`palrp_bench.lrp.rules.rotate_half` for the half layout)."""
@@ -350,6 +492,7 @@ class Rope2D(PositionalKind):
     name = "rope_2d"
     multi_sink = True
     affects_semantic = True
+    read_always = False
     sinks = "one (cos, sin) leaf pair of the patch tokens per layer"
     rule = "uniform rule on x*cos and rot(x)*sin of the patch tokens (paper Eq. 10)"
     identity = "R(cos_k) + R(sin_k) = (R(q~_k) + R(k~_k)) / 2 over the patch tokens, per layer k"

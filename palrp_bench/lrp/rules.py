@@ -261,7 +261,7 @@ def product(*operands: torch.Tensor, rule: str) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str, *, offset: float = 0.0,
-             weight_before_cast: bool = False) -> torch.Tensor:
+             weight_before_cast: bool = False, output_dtype: torch.dtype | None = None) -> torch.Tensor:
     """RMSNorm, computed as Hugging Face does (float32 statistics, cast back, then weight).
 
     ``"identity"``: the normaliser ``rsqrt(mean(x^2) + eps)`` is a constant (AttnLRP paper section 3.3.3), so
@@ -270,6 +270,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str
     The gain is ``offset + weight`` (Gemma: ``offset=1``, weights stored centred on 0). ``weight_before_cast``:
     the gain multiplies in the statistics dtype before the cast back (Gemma: ``(x * (1 + w)).to(dtype)``);
     otherwise after it (LLaMA: ``w * x.to(dtype)``). Both are linear in ``x`` once the normaliser is constant.
+    ``output_dtype``: the dtype the normalised input is cast to before the gain, instead of the input's (T5: its
+    half-precision weight's, when the residual stream is float32 behind a float32 ``wo``).
     """
     dtype = x.dtype
     h = x.to(torch.promote_types(dtype, torch.float32))  # HF computes in float32; float64 stays float64
@@ -284,7 +286,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, rule: str
             h = h * (offset + weight.to(h.dtype))
         y = h.to(dtype)
     else:
-        h = (h * inv).to(dtype)
+        h = (h * inv).to(output_dtype or dtype)
         y = h if weight is None else (weight if offset == 0.0 else offset + weight) * h
     tracer = _tracer()
     if tracer is not None:
@@ -417,7 +419,9 @@ class AttentionRecorder:
 
     For each attention call it keeps the (masked) scores ``S`` and weights ``A`` with ``retain_grad`` so that,
     after the backward pass, the relevance absorbed by the softmax rule is
-    ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; docs/design.md).
+    ``sum(A * A.grad) - sum(S * S.grad)`` (relevance entering minus relevance leaving; docs/design.md). ``sites``
+    holds each record's ``site`` label (:func:`attention`), so that twins with several kinds of attention (T5's
+    encoder, decoder and cross-attention) can be told apart.
 
     ``trace=True`` records a forward for decompositions of the residual stream (ALTI, ALTI-Logit; installed with
     :func:`attention_hooks`): ``records`` keep ``(None, A.detach(), valid)`` (no scores, no gradients), and in call
@@ -432,6 +436,8 @@ class AttentionRecorder:
 
     def __init__(self, trace: bool = False):
         self.records: list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]] = []
+        #: per record, the ``site`` label its :func:`attention` call gave (None where the twin gives none)
+        self.sites: list[str | None] = []
         self.trace = trace
         self.heads: list[HeadsRecord] = []
         self.residuals: list[ResidualRecord] = []
@@ -446,7 +452,8 @@ class AttentionRecorder:
         return None if node is None or node[2]() is not t else node[:2]
 
     def add(self, scores: torch.Tensor, weights: torch.Tensor, valid: torch.Tensor | None,
-            values: torch.Tensor | None = None) -> None:
+            values: torch.Tensor | None = None, site: str | None = None) -> None:
+        self.sites.append(site)
         if self.trace:
             self.records.append((None, weights.detach(), valid))
             if values is not None:
@@ -569,8 +576,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
               scale: float, weights_share: float, value_share: float, qk_share: float,
               implementation: str = "sdpa", recorder: AttentionRecorder | None = None, qk_eps: float = 0.0,
               mask_eps: float = 0.0, av_eps: float = 0.0, score_softcap: float | None = None,
-              softcap_rule: str = "identity") -> torch.Tensor:
-    """Scaled dot-product attention ``softmax(cap(Q K^T * scale) + mask) V`` under LRP rules.
+              softcap_rule: str = "identity", bias: torch.Tensor | None = None,
+              site: str | None = None) -> torch.Tensor:
+    """Scaled dot-product attention ``softmax(cap(Q K^T * scale) + bias + mask) V`` under LRP rules.
 
     The relevance split is given by three shares (docs/design.md section 2):
 
@@ -595,6 +603,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
 
     ``score_softcap``: scores are soft-capped ``c * tanh(s / c)`` before masking (Gemma 2) under ``softcap_rule``
     (:func:`softcap`). Fused SDPA cannot cap scores, so capped attention always takes the eager path.
+
+    ``bias``: an additive score bias broadcastable to ``[B, H, Tq, Tk]`` (T5's relative position bias), added to the
+    scaled scores under the epsilon rule (eps -> 0: a plain add, so its relevance is ``bias * g`` with ``g`` the
+    gradient at the scores). It must already hold a large negative value (``finfo.min``) at every pair that ``mask``
+    and ``causal`` hide: the fused path passes it to SDPA as the float mask as it is (built once per stack, as the
+    library does, it is one tensor for all layers), ``mask`` and ``causal`` then only tell the eager path and the
+    recorder which pairs exist. On the fused path its gradient is multiplied by ``weights_share``, so that it is the
+    gradient of the rule at the scores, as on the eager path. Queries and keys may differ in length
+    (cross-attention; ``causal`` needs them equal).
+
+    ``site``: a label of the call recorded with it (:attr:`AttentionRecorder.sites`), for twins with more than one
+    kind of attention (T5: ``encoder``, ``decoder``, ``cross``); None elsewhere.
     """
     hooks = _HOOKS.get()
     if hooks is not None:
@@ -620,6 +640,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         is_causal = causal and mask is None
         if causal and mask is not None:
             attn_mask = mask & _causal_mask(q.shape[2], q.device)
+        if bias is not None:  # holds the masking already (docstring)
+            attn_mask, is_causal = scale_grad(bias, weights_share), False
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                                              enable_gqa=n_rep > 1)
         return stabilize(out, av_eps)
@@ -633,6 +655,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     scores = stabilize(torch.matmul(qs, ks.transpose(-1, -2)), qk_eps) * scale
     if score_softcap is not None:
         scores = softcap(scores, score_softcap, softcap_rule)
+    if bias is not None:
+        scores = scores + bias
     valid = mask
     if causal:
         cm = _causal_mask(q.shape[2], q.device)
@@ -643,7 +667,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         masked = scores
     weights = softmax_weights(masked, q.dtype)
     if recorder is not None:
-        recorder.add(masked, weights, valid, values=v)
+        recorder.add(masked, weights, valid, values=v, site=site)
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
     return stabilize(torch.matmul(ws, vs), av_eps)

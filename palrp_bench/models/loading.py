@@ -24,7 +24,8 @@ from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, 
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
            "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
-           "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config"]
+           "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
+           "AUTO_CLASSES", "auto_class", "random_model"]
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,27 @@ log = logging.getLogger(__name__)
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
+#: the ``transformers`` auto class of each text ``model.kind`` (the head)
+AUTO_CLASSES = {"causal": "AutoModelForCausalLM", "classifier": "AutoModelForSequenceClassification",
+                "masked_lm": "AutoModelForMaskedLM", "seq2seq": "AutoModelForSeq2SeqLM"}
+
+
+def auto_class(kind: str):
+    """The ``transformers`` auto class loading a model of ``kind`` (:data:`AUTO_CLASSES`), else a one-line error."""
+    import transformers
+
+    if kind not in AUTO_CLASSES:
+        raise BadInputError(f"unknown model kind {kind!r}", f"use one of: {', '.join(AUTO_CLASSES)}")
+    return getattr(transformers, AUTO_CLASSES[kind])
+
+
 def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bfloat16",
                   quantization: str | None = None, num_labels: int = 2, device_map: str | None = None, **kwargs):
     """Load a Hugging Face model with an LM or classification head from the hub or a local folder.
 
     ``kind``: ``causal`` (``AutoModelForCausalLM``), ``classifier`` (``AutoModelForSequenceClassification``, pad =
-    eos when the model has no pad token, as the official IMDB setup) or ``masked_lm`` (``AutoModelForMaskedLM``). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
+    eos when the model has no pad token, as the official IMDB setup), ``masked_lm`` (``AutoModelForMaskedLM``) or
+    ``seq2seq`` (``AutoModelForSeq2SeqLM``: T5, Flan-T5). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
     "LLaMA-2 7B quantized"). Errors (offline hub, missing folder) become one-line :class:`MissingDataError`.
     """
     import torch
@@ -46,11 +62,7 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
     if dtype not in DTYPES:
         raise BadInputError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
     torch_dtype = getattr(torch, dtype)
-    cls = {"causal": transformers.AutoModelForCausalLM,
-           "classifier": transformers.AutoModelForSequenceClassification,
-           "masked_lm": transformers.AutoModelForMaskedLM}.get(kind)
-    if cls is None:
-        raise BadInputError(f"unknown model kind {kind!r}", "use causal, classifier or masked_lm")
+    cls = auto_class(kind)
     if kind == "classifier":
         kwargs.setdefault("num_labels", num_labels)
     if quantization == "nf4":
@@ -405,6 +417,43 @@ def _load_embedded_vit(cfg, device: str):
     return synthetic_vision.load_tiny_vit().to(device).eval(), None
 
 
+@register_loader("random")
+def _load_random(cfg, device: str):
+    """A model with random weights built from a Hugging Face config (tests, benchmarks, offline checks; no
+    download): ``model.options`` holds the config's fields (``model_type`` first), ``options.seed`` (default 0) the
+    seed of the initialisation, ``kind`` the head (:func:`random_model`). Tokenizer: ``model.tokenizer`` when set
+    (a hub id or folder), else the suite's embedded word-level tokenizer (:mod:`palrp_bench.data.synthetic_text`),
+    whose vocabulary fits the tiny configs."""
+    model = random_model(dict(cfg.options or {}), kind=_value(cfg.kind), dtype=_value(cfg.dtype))
+    if cfg.tokenizer:
+        tokenizer = load_tokenizer(cfg.tokenizer)
+    else:
+        from ..data import synthetic_text
+
+        tokenizer = synthetic_text.load_tiny_tokenizer()
+    return model.to(device), tokenizer
+
+
+def random_model(options: dict, *, kind: str = "causal", dtype: str = "float32"):
+    """A Hugging Face model of head ``kind`` (:func:`load_hf_model`'s kinds) with random weights from the config
+    fields ``options`` (``model_type`` names the config class; ``seed``, default 0, seeds the initialisation), in
+    eval mode and ``dtype``."""
+    import torch
+    import transformers
+
+    options = dict(options)
+    seed = int(options.pop("seed", 0))
+    model_type = options.pop("model_type", None)
+    if model_type is None:
+        raise BadInputError("a random model's options name no model_type", "add model.options.model_type (e.g. t5)")
+    if dtype not in DTYPES:
+        raise BadInputError(f"unknown dtype {dtype!r}", f"use one of: {', '.join(DTYPES)}")
+    config = transformers.AutoConfig.for_model(model_type, **options)
+    cls = auto_class(kind)
+    torch.manual_seed(seed)
+    return cls.from_config(config).to(getattr(torch, dtype)).eval()
+
+
 @register_loader("selftest")
 def _load_nothing(cfg, device: str):
     """The harness self-test has no model."""
@@ -412,7 +461,7 @@ def _load_nothing(cfg, device: str):
 
 
 #: loaders that never touch the network (the embedded default runs with the hub switched off)
-OFFLINE_LOADERS = ("embedded_text", "embedded_vit", "selftest")
+OFFLINE_LOADERS = ("embedded_text", "embedded_vit", "random", "selftest")
 
 
 def load_model(cfg, device: str):

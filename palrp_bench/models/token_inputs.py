@@ -15,24 +15,27 @@ from ..errors import BadInputError
 __all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask", "last_real_index"]
 
 
-def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device) -> torch.Tensor:
+def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device, name: str = "input_ids"
+                ) -> torch.Tensor:
     """``input_ids`` (``[B, T]`` or ``[T]``, any integer tensor-like, on any device) as a long tensor ``[B, T]`` on
     ``device`` (the model's); refuses other shapes and dtypes, empty inputs, sequences longer than ``max_positions``
-    and ids outside the vocabulary."""
+    and ids outside the vocabulary. ``name``: how the messages call the ids (``decoder_input_ids`` of an
+    encoder-decoder)."""
     if not isinstance(input_ids, torch.Tensor):
         input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-        raise BadInputError(f"input_ids must be an integer tensor [batch, tokens], got {tuple(input_ids.shape)} "
+        raise BadInputError(f"{name} must be an integer tensor [batch, tokens], got {tuple(input_ids.shape)} "
                             f"{input_ids.dtype}", "tokenize the text first (tokenizer(text, return_tensors='pt'))")
     if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
-        raise BadInputError("empty input (no tokens)", "pass at least one token (a non-empty text)")
+        raise BadInputError(f"empty input (no tokens in {name})", "pass at least one token (a non-empty text)")
     if max_positions is not None and input_ids.shape[1] > max_positions:
         raise BadInputError(f"sequence of {input_ids.shape[1]} tokens is longer than the model context "
                             f"({max_positions})", f"truncate to at most {max_positions} tokens")
     if int(input_ids.max()) >= vocab_size or int(input_ids.min()) < 0:
-        raise BadInputError(f"token id out of range for a vocabulary of {vocab_size}",
+        raise BadInputError(f"token id out of range for a vocabulary of {vocab_size}"
+                            + ("" if name == "input_ids" else f" in {name}"),
                             "use the tokenizer that belongs to this model")
     return input_ids.to(device=device, dtype=torch.long)
 
@@ -53,19 +56,21 @@ def per_token(values, ids: torch.Tensor, name: str, check: Callable[[torch.Tenso
     return values.to(device=ids.device)
 
 
-def _check_mask(mask: torch.Tensor) -> None:
-    if bool(((mask != 0) & (mask != 1)).any()):
-        raise BadInputError("attention_mask must contain only 0 and 1", "pass the tokenizer's attention_mask")
-    if bool((mask.sum(-1) == 0).any()):
-        raise BadInputError("a sample has no real token (attention_mask all zero)", "drop empty texts")
+def _mask_check(name: str) -> Callable[[torch.Tensor], None]:
+    def check(mask: torch.Tensor) -> None:
+        if bool(((mask != 0) & (mask != 1)).any()):
+            raise BadInputError(f"{name} must contain only 0 and 1", f"pass the tokenizer's {name}")
+        if bool((mask.sum(-1) == 0).any()):
+            raise BadInputError(f"a sample has no real token ({name} all zero)", "drop empty texts")
+    return check
 
 
-def attention_mask_of(attention_mask, ids: torch.Tensor) -> torch.Tensor | None:
+def attention_mask_of(attention_mask, ids: torch.Tensor, name: str = "attention_mask") -> torch.Tensor | None:
     """The attention mask (``None`` stays ``None``) on ``ids``' device: shaped like ``ids``, only 0 and 1, at least
-    one real token per sample."""
+    one real token per sample. ``name``: how the messages call it (``decoder_attention_mask``)."""
     if attention_mask is None:
         return None
-    return per_token(attention_mask, ids, "attention_mask", _check_mask)
+    return per_token(attention_mask, ids, name, _mask_check(name))
 
 
 def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:

@@ -45,7 +45,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BadInputError
-from ..models.loading import hf_config_json
+from ..models.loading import AUTO_CLASSES, hf_config_json
 from ..numerics import device_kind as accelerator_kind
 from ..runner.user_cache import user_cache_dir
 
@@ -93,11 +93,6 @@ class Architecture:
     pixels: int | None = None
 
 
-#: model class of each ``model.kind`` (the head decides the parameter count)
-_HF_CLASSES = {"causal": "AutoModelForCausalLM", "classifier": "AutoModelForSequenceClassification",
-               "masked_lm": "AutoModelForMaskedLM"}
-
-
 def _blocks(module):
     """The transformer blocks of a model: its ``ModuleList`` holding the most parameters."""
     import torch
@@ -121,7 +116,7 @@ def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Archite
 
     fields = json.loads(config_json)
     config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
-    cls = getattr(transformers, _HF_CLASSES.get(kind, "AutoModel"))
+    cls = getattr(transformers, AUTO_CLASSES.get(kind, "AutoModel"))
     with torch.device("meta"):
         model = cls.from_config(config)
     blocks = _blocks(model)

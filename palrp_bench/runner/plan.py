@@ -182,7 +182,8 @@ class Job:
 
 
 #: the twin modality of each model kind (``Method.modalities``)
-MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens", "masked_lm": "tokens"}
+MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens", "masked_lm": "tokens",
+                  "seq2seq": "tokens"}
 
 
 def _to_object(node, schema):
