@@ -21,7 +21,10 @@ class Explanation:
     Other text families (``docs/positional.md``): ``positional`` is ``[B, S, C, T]`` per sink and component:
     ``[B, 1, 1, T]`` for a learned position table (GPT-2, OPT, BERT, RoBERTa; ``extras["token_type"]`` ``[B, T]`` for
     BERT-style token types), ``[B, L, 1, T]`` for ALiBi (BLOOM; ``extras["alibi_query"]`` / ``["alibi_key"]``
-    ``[B, L, T]``). ``extras["explained_index"]`` ``[B]`` is the explained position. With a learned position table,
+    ``[B, L, T]``), ``[B, L_enc, 1, T_enc]`` for T5's relative position bias, over the encoder tokens as ``scores`` and
+``semantic`` are (the decoder's own tokens in ``extras["decoder_scores"]``, ``["decoder_semantic"]``,
+``["decoder_positional"]``; :meth:`palrp_bench.models.t5.T5Twin.split`). ``extras["explained_index"]`` ``[B]`` is
+the explained position (T5: the decoder position). With a learned position table,
     ``extras["embeddings"]`` (``full`` / ``partial``) says whether the scores of ``attnlrp``, ``cp_lrp`` and
     ``grad_x_input`` add the positional part to ``semantic`` (which stays the token embeddings' relevance).
 

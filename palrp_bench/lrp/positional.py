@@ -12,8 +12,8 @@ uses that carry position only. Every kind here says
   semantic relevance of PA-LRP differs from AttnLRP's, whose cos/sin are constants;
 * ``read_always``: the sinks are read in every pass, also by methods whose scores do not use them: kinds that change
   no other relevance and cost nothing to read (learned absolute, ALiBi). T5's relative bias changes no other
-  relevance either, but reading it costs a gradient of the ``[B, H, T, T]`` bias per layer, so only the methods that
-  use positional relevance read it;
+  relevance either, but reading it needs the gradient at every layer's scores (docs/engine.md, "T5"), so only the
+  methods that use positional relevance read it;
 * ``reduce``: the per-token (per-patch) positional relevance from the sinks' elementwise relevance ``x * grad``.
 
 A new kind (2D RoPE, ALiBi, sinusoidal) is one class registered with :func:`register_positional`; partial rotary
@@ -351,37 +351,6 @@ class RelativeBiasSinks:
         return {f"{prefix}_{side}": t for side, t in (("query", self.query), ("key", self.key)) if t.requires_grad}
 
 
-class _BiasSinks(torch.autograd.Function):
-    """Forward: the layer's bias ``[B?, H, Tq, Tk]`` expanded to the batch (a view, no copy). Backward: with ``g`` the
-    gradient reaching it, the relevance ``B * g`` of every term, summed per query (over heads' keys) and per key
-    (over queries), times each side's share: the gradient of the ones of :class:`RelativeBiasSinks`. One head at a
-    time, in at least float32, so the transient is ``[B, Tq, Tk]``."""
-
-    @staticmethod
-    def forward(ctx, bias, query, key, query_share, key_share):  # noqa: D401
-        ctx.save_for_backward(bias)
-        ctx.shares = (query_share, key_share)
-        ctx.acc = query.dtype
-        return bias.expand(query.shape[0], -1, -1, -1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (bias,) = ctx.saved_tensors
-        want_query, want_key = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        b, h, tq, tk = grad.shape
-        query = grad.new_zeros(b, h, tq, dtype=ctx.acc) if want_query else None
-        key = grad.new_zeros(b, h, tk, dtype=ctx.acc) if want_key else None
-        for head in range(h):
-            r = bias[:, head].to(ctx.acc) * grad[:, head].to(ctx.acc)
-            if want_query:
-                query[:, head] = r.sum(-1)
-            if want_key:
-                key[:, head] = r.sum(-2)
-        share_q, share_k = ctx.shares
-        return (None, None if query is None else query * share_q, None if key is None else key * share_k, None,
-                None)
-
-
 @register_positional
 class RelativeBias(PositionalKind):
     """A learned relative position bias added to the attention scores (T5: ``B_hij = table[h, bucket(j - i)]``, one
@@ -398,9 +367,8 @@ class RelativeBias(PositionalKind):
 
     The bias is the full ``[H, Tq, Tk]`` tensor the library materialises too (a bucketed table has no low-rank form
     to put into extra query/key dimensions, as ALiBi's); it enters the fused attention as its additive mask, and
-    reading its relevance needs the gradient of that mask: one ``[B, H, Tq, Tk]`` tensor per layer during the backward,
-    reduced at once to the ``[B, H, T]`` sides (:class:`_BiasSinks`), and on the CPU the unfused attention kernel
-    (docs/engine.md, "T5").
+    reading its relevance needs the gradient at the scores, reduced at once to the ``[B, H, T]`` sides inside
+    :func:`palrp_bench.lrp.rules.attention` (``bias_sinks``; docs/engine.md, "T5").
     """
 
     name = "relative_bias"
@@ -434,18 +402,17 @@ class RelativeBias(PositionalKind):
         return RelativeBiasSinks(query, key)
 
     @staticmethod
-    def apply(bias: torch.Tensor, sinks: RelativeBiasSinks, product_rule: str) -> torch.Tensor:
-        """The bias ``[1 or B, H, Tq, Tk]`` as one layer uses it, ``[B, H, Tq, Tk]`` (the same values, a view): the
-        product ``1_i B_hij 1_j`` with ``B`` constant, under ``product_rule`` (``uniform``: each leaf among the ones
-        gets ``1 / n`` of ``R(B_hij)``; ``gradient``: each gets ``B * g`` whole, Gradient x Input of the ones).
-        Masked pairs may hold the mask's large negative value: their gradient is 0, so is their relevance."""
-        leaves = [t for t in (sinks.query, sinks.key) if t.requires_grad]
-        if not leaves:
-            return bias.expand(sinks.query.shape[0], -1, -1, -1)
-        share = 1.0 / len(leaves) if product_rule == "uniform" else 1.0
+    def factors(sinks: RelativeBiasSinks, product_rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ones ``(row, col)`` a layer's attention multiplies its bias with (``1_i B_hij 1_j``,
+        :func:`palrp_bench.lrp.rules.attention`'s ``bias_sinks``), under ``product_rule``: ``uniform`` -- each leaf
+        among them gets ``1 / n`` of ``R(B_hij)`` (its gradient scaled); ``gradient`` -- each gets ``B * g`` whole
+        (Gradient x Input of the ones). Masked pairs hold the mask's large negative value: their gradient is 0, so is
+        their relevance."""
         if product_rule not in ("uniform", "gradient"):
             raise ValueError(f"unknown product rule {product_rule!r}; expected uniform or gradient")
-        return _BiasSinks.apply(bias, sinks.query, sinks.key, share, share)
+        n = sum(t.requires_grad for t in (sinks.query, sinks.key))
+        share = 1.0 / n if product_rule == "uniform" and n else 1.0
+        return rules.scale_grad(sinks.query, share), rules.scale_grad(sinks.key, share)
 
     @staticmethod
     def reduce(relevance: dict, prefix: str, n_layers: int, batch: int, tokens: int, like: torch.Tensor

@@ -572,12 +572,106 @@ def attention_hooks(*, recorder: AttentionRecorder | None = None,
         _HOOKS.reset(token)
 
 
+class _OnesBias(torch.autograd.Function):
+    """``bias`` ``[1 or B, H, Tq, Tk]`` times ones ``row`` ``[B, H, Tq]`` and ``col`` ``[B, H, Tk]``
+    (``row_i B_ij col_j``), returned as the bias expanded to the batch (a view, no copy: the ones change no value).
+    Backward: the exact gradients of the ones, ``sum_j B_ij g_ij`` and ``sum_i B_ij g_ij``, head by head in at least
+    float32, so the transient beyond the incoming ``[B, H, Tq, Tk]`` gradient is ``[B, Tq, Tk]``."""
+
+    @staticmethod
+    def forward(ctx, bias, row, col):  # noqa: D401
+        ctx.save_for_backward(bias)
+        ctx.acc = row.dtype
+        return bias.expand(row.shape[0], -1, -1, -1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (bias,) = ctx.saved_tensors
+        want_row, want_col = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        b, h, tq, tk = grad.shape
+        row = grad.new_zeros(b, h, tq, dtype=ctx.acc) if want_row else None
+        col = grad.new_zeros(b, h, tk, dtype=ctx.acc) if want_col else None
+        for head in range(h):
+            r = bias[:, head].to(ctx.acc) * grad[:, head].to(ctx.acc)
+            if want_row:
+                row[:, head] = r.sum(-1)
+            if want_col:
+                col[:, head] = r.sum(-2)
+        return None, row, col
+
+
+#: elements of one chunk of scores in :class:`_BiasSinkAttention`'s backward (16 MiB in float32)
+BIAS_CHUNK_ELEMENTS = 1 << 22
+
+
+class _BiasSinkAttention(torch.autograd.Function):
+    """``softmax(Q K^T * scale + row_i B_ij col_j) V`` with ones ``row`` / ``col`` (CPU, no grouped heads): the
+    forward is PyTorch's fused CPU flash attention with ``B`` as its float mask (it keeps the log-sum-exp); the
+    backward recomputes the weights a chunk of queries at a time and returns the exact gradients of ``Q``, ``K``,
+    ``V`` and of the ones (``sum_j B_ij g_ij``, ``sum_i B_ij g_ij``, ``g`` the gradient at the scores), so neither
+    ``g`` nor the weights are ever held whole: memory beyond the bias itself is linear in the length plus one
+    chunk. PyTorch's own path for a mask that needs a gradient is its unfused kernel, which materialises scores,
+    weights and their gradients per layer (docs/engine.md, "T5")."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, row, col, scale):  # noqa: D401
+        mask = bias.expand(q.shape[0], -1, -1, -1)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask,
+                                                                             scale=scale)[:2]
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.scale, ctx.acc = scale, row.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        scale, acc = ctx.scale, ctx.acc
+        b, h, tq, _ = q.shape
+        tk = k.shape[2]
+        d_out = d_out.to(q.dtype)
+        delta = (d_out.to(acc) * out.to(acc)).sum(-1, keepdim=True)            # D_i = dO_i . O_i
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        row = q.new_zeros(b, h, tq, dtype=acc) if ctx.needs_input_grad[4] else None
+        col = q.new_zeros(b, h, tk, dtype=acc) if ctx.needs_input_grad[5] else None
+        kt, vt = k.transpose(-1, -2).reshape(b * h, -1, tk), v.transpose(-1, -2)
+        size = max(1, min(tq, BIAS_CHUNK_ELEMENTS // max(1, b * h * tk)))
+        for start in range(0, tq, size):
+            rows = slice(start, start + size)
+            bc = bias[:, :, rows]
+            n = bc.shape[2]
+            scores = torch.baddbmm(bc.expand(b, -1, -1, -1).reshape(b * h, n, tk).to(q.dtype),
+                                   q[:, :, rows].reshape(b * h, n, -1), kt, alpha=scale).view(b, h, n, tk)
+            weights = scores.to(acc).sub_(lse[:, :, rows, None].to(acc)).exp_()     # A = exp(S - lse)
+            do = d_out[:, :, rows]
+            dv += torch.matmul(weights.to(v.dtype).transpose(-1, -2), do)
+            g = torch.matmul(do, vt).to(acc).sub_(delta[:, :, rows]).mul_(weights)   # g = A (dA - D)
+            gq = g.to(q.dtype)
+            dq[:, :, rows] = torch.matmul(gq, k)
+            dk += torch.matmul(gq.transpose(-1, -2), q[:, :, rows])
+            if row is not None or col is not None:
+                r = g.mul_(bc.to(acc))
+                if row is not None:
+                    row[:, :, rows] = r.sum(-1)
+                if col is not None:
+                    col += r.sum(-2)
+        if scale != 1.0:  # T5 has none
+            dq.mul_(scale)
+            dk.mul_(scale)
+        return dq, dk, dv, None, row, col, None
+
+
+def _chunked_bias_attention(q: torch.Tensor, n_rep: int) -> bool:
+    """Whether a fused attention whose bias relevance is read runs :class:`_BiasSinkAttention` (CPU, no grouped
+    heads) rather than SDPA with a mask that needs a gradient."""
+    return q.device.type == "cpu" and n_rep == 1
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None, causal: bool,
               scale: float, weights_share: float, value_share: float, qk_share: float,
               implementation: str = "sdpa", recorder: AttentionRecorder | None = None, qk_eps: float = 0.0,
               mask_eps: float = 0.0, av_eps: float = 0.0, score_softcap: float | None = None,
               softcap_rule: str = "identity", bias: torch.Tensor | None = None,
-              site: str | None = None) -> torch.Tensor:
+              bias_sinks: tuple[torch.Tensor, torch.Tensor] | None = None, site: str | None = None) -> torch.Tensor:
     """Scaled dot-product attention ``softmax(cap(Q K^T * scale) + bias + mask) V`` under LRP rules.
 
     The relevance split is given by three shares (docs/design.md section 2):
@@ -604,14 +698,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     ``score_softcap``: scores are soft-capped ``c * tanh(s / c)`` before masking (Gemma 2) under ``softcap_rule``
     (:func:`softcap`). Fused SDPA cannot cap scores, so capped attention always takes the eager path.
 
-    ``bias``: an additive score bias broadcastable to ``[B, H, Tq, Tk]`` (T5's relative position bias), added to the
+    ``bias``: an additive score bias ``[1 or B, H, Tq, Tk]`` (T5's relative position bias), a constant, added to the
     scaled scores under the epsilon rule (eps -> 0: a plain add, so its relevance is ``bias * g`` with ``g`` the
-    gradient at the scores). It must already hold a large negative value (``finfo.min``) at every pair that ``mask``
-    and ``causal`` hide: the fused path passes it to SDPA as the float mask as it is (built once per stack, as the
-    library does, it is one tensor for all layers), ``mask`` and ``causal`` then only tell the eager path and the
-    recorder which pairs exist. On the fused path its gradient is multiplied by ``weights_share``, so that it is the
-    gradient of the rule at the scores, as on the eager path. Queries and keys may differ in length
-    (cross-attention; ``causal`` needs them equal).
+    gradient of the rules at the scores). It must already hold a large negative value (``finfo.min``) at every pair
+    that ``mask`` and ``causal`` hide: the fused path passes it to SDPA as the float mask as it is (built once per
+    stack, as the library does, it is one tensor for all layers), ``mask`` and ``causal`` then only tell the eager
+    path and the recorder which pairs exist. Queries and keys may differ in length (cross-attention; ``causal``
+    needs them equal).
+
+    ``bias_sinks``: ones ``(row [B, H, Tq], col [B, H, Tk])`` multiplying the bias, ``row_i B_ij col_j``, whose
+    gradients are then the bias relevance per query, ``sum_j B_ij g_ij``, and per key, ``sum_i B_ij g_ij`` (how they
+    share it is the caller's: scale the gradients of the ones, :func:`scale_grad`). On the fused path the gradient
+    at the scores is taken as the rules define it (``weights_share`` times the true one); on the CPU without grouped
+    heads the attention is then :class:`_BiasSinkAttention` (fused forward, chunked backward: no ``T x T`` tensor
+    kept), elsewhere SDPA with the bias as a mask that needs a gradient (one ``[B, H, Tq, Tk]`` gradient per call,
+    reduced at once by :class:`_OnesBias`).
 
     ``site``: a label of the call recorded with it (:attr:`AttentionRecorder.sites`), for twins with more than one
     kind of attention (T5: ``encoder``, ``decoder``, ``cross``); None elsewhere.
@@ -641,7 +742,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
         if causal and mask is not None:
             attn_mask = mask & _causal_mask(q.shape[2], q.device)
         if bias is not None:  # holds the masking already (docstring)
-            attn_mask, is_causal = scale_grad(bias, weights_share), False
+            attn_mask, is_causal = bias, False
+            row, col = (None, None) if bias_sinks is None else (scale_grad(t, weights_share) for t in bias_sinks)
+            if row is not None and (row.requires_grad or col.requires_grad):
+                if _chunked_bias_attention(q, n_rep):
+                    return stabilize(_BiasSinkAttention.apply(qs, ks, vs, bias, row, col, scale), av_eps)
+                attn_mask = _OnesBias.apply(bias, row, col)
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
                                              enable_gqa=n_rep > 1)
         return stabilize(out, av_eps)
@@ -656,7 +762,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     if score_softcap is not None:
         scores = softcap(scores, score_softcap, softcap_rule)
     if bias is not None:
-        scores = scores + bias
+        reads = bias_sinks is not None and any(t.requires_grad for t in bias_sinks)
+        scores = scores + (_OnesBias.apply(bias, *bias_sinks) if reads else bias)
     valid = mask
     if causal:
         cm = _causal_mask(q.shape[2], q.device)

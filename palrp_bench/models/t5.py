@@ -225,19 +225,19 @@ class T5Twin(TextTwin):
         sinks: dict[str, list] = {}
         options = dict(composite=composite, attention=attention, recorder=recorder)
 
-        def layer_bias(bias, stack, queries):
+        def layer_sinks(bias, stack, queries):
             s = self.positional.layer_sinks(b, self.num_heads, queries, queries, rule, positional_sinks,
                                             bias.dtype, bias.device)
             for name, leaf in s.leaves(stack).items():
                 sinks.setdefault(name, []).append(leaf)
-            return self.positional.apply(bias, s, composite.product)
+            return self.positional.factors(s, composite.product)
 
         enc_mask = key_padding_mask(inputs.mask)
         bias = self.stack_bias(self.encoder, te, enc_mask, causal=False)
         x = embeds
         for layer in self.encoder.block:
-            x = self.self_attention(layer.layer[0], x, layer_bias(bias, STACKS[0], te), enc_mask, False, "encoder",
-                                    **options)
+            x = self.self_attention(layer.layer[0], x, bias, layer_sinks(bias, STACKS[0], te), enc_mask, False,
+                                    "encoder", **options)
             x = self.feed_forward(layer.layer[-1], x, composite)
         encoded = self.norm(self.encoder.final_layer_norm, x, composite)
 
@@ -247,8 +247,8 @@ class T5Twin(TextTwin):
             else inputs.attention_mask.bool()[:, None, None, :]
         y = dembeds
         for layer in self.decoder.block:
-            y = self.self_attention(layer.layer[0], y, layer_bias(bias, STACKS[1], td), dec_mask, True, "decoder",
-                                    **options)
+            y = self.self_attention(layer.layer[0], y, bias, layer_sinks(bias, STACKS[1], td), dec_mask, True,
+                                    "decoder", **options)
             y = self.cross_attention(layer.layer[1], y, encoded, cross_mask, **options)
             y = self.feed_forward(layer.layer[-1], y, composite)
         h = self.norm(self.decoder.final_layer_norm, y, composite)
@@ -284,21 +284,23 @@ class T5Twin(TextTwin):
         b, t, _ = x.shape
         return x.view(b, t, -1, self.head_dim).transpose(1, 2)
 
-    def attend(self, attn, q, k, v, mask, causal, composite, attention, recorder, bias=None, site=None):
+    def attend(self, attn, q, k, v, mask, causal, composite, attention, recorder, bias=None, bias_sinks=None,
+               site=None):
         """Heads ``[B, H, Tq, d]`` attended under the composite's shares, merged and projected by ``attn.o``."""
         o = rules.attention(q, k, v, mask=mask, causal=causal, scale=float(getattr(attn, "scaling", 1.0)),
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
                             qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder,
-                            bias=bias, site=site)
+                            bias=bias, bias_sinks=bias_sinks, site=site)
         b, _, t, _ = o.shape
         return rules.output_projection(o.transpose(1, 2).reshape(b, t, -1), attn.o)
 
-    def self_attention(self, sub, x, bias, mask, causal, site, *, composite, attention, recorder):
+    def self_attention(self, sub, x, bias, bias_sinks, mask, causal, site, *, composite, attention, recorder):
+        """One self-attention sub-layer; ``bias`` the stack's, ``bias_sinks`` this layer's ones (query, key)."""
         attn = sub.SelfAttention
         h = self.norm(sub.layer_norm, x, composite)
         q, k, v = (self.heads_of(proj(h)) for proj in (attn.q, attn.k, attn.v))
         return rules.residual(x, self.attend(attn, q, k, v, mask, causal, composite, attention, recorder, bias,
-                                             site))
+                                             bias_sinks, site))
 
     def cross_attention(self, sub, y, encoded, mask, *, composite, attention, recorder):
         attn = sub.EncDecAttention

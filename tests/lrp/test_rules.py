@@ -287,3 +287,48 @@ def test_mask_stabiliser_needs_a_mask_and_value_path_stabiliser_with_constant_we
     A = torch.softmax((q @ k.transpose(-1, -2)) * 0.5, -1)
     _, Rv_ref = ref.matmul_uniform_epsilon(A, v, R_out, 0.2)  # half of the stabilised relevance to V
     assert torch.allclose(R_v, Rv_ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("shares", [(0.5, 0.5, 0.5), (1.0, 1.0, 1.0), (0.0, 1.0, 0.5)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_bias_sinks_agree_on_every_path(monkeypatch, batch, shares):
+    """An additive bias with ones whose gradients are its relevance per query / key (T5, docs/engine.md "T5"): the
+    eager path (materialised scores), the chunked CPU path (fused forward, backward a few queries at a time) and SDPA
+    with a mask that needs a gradient (what CUDA runs) give the same output and the same gradients of q, k, v and
+    of the ones, in float64; the ones' gradients are sum_j B g and sum_i B g of the eager scores' gradient."""
+    torch.manual_seed(0)
+    ws, vs, qs = shares
+    b, h, tq, tk, d = batch, 3, 7, 9, 4
+    q, k, v = torch.randn(b, h, tq, d), torch.randn(b, h, tk, d), torch.randn(b, h, tk, d)
+    q, k, v = (x.double() for x in (q, k, v))
+    bias = torch.randn(1, h, tq, tk, dtype=torch.float64)
+    bias[..., -2:] = torch.finfo(torch.float64).min                  # two masked keys, folded into the bias
+    valid = torch.ones(b, 1, tq, tk, dtype=torch.bool)
+    valid[..., -2:] = False
+    seed = torch.randn(b, h, tq, d, dtype=torch.float64)
+    monkeypatch.setattr(rules, "BIAS_CHUNK_ELEMENTS", 2 * b * h * tk)   # several chunks
+
+    def run(implementation, chunked=True):
+        monkeypatch.setattr(rules, "_chunked_bias_attention", lambda q_, n: chunked and q_.device.type == "cpu")
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        ones = [torch.ones(b, h, n, dtype=torch.float64, requires_grad=True) for n in (tq, tk)]
+        rec = rules.AttentionRecorder() if implementation == "eager" else None
+        out = rules.attention(*leaves, mask=valid, causal=False, scale=0.7, weights_share=ws, value_share=vs,
+                              qk_share=qs, implementation=implementation, recorder=rec, bias=bias,
+                              bias_sinks=tuple(ones))
+        grads = torch.autograd.grad(out, leaves + ones, seed, allow_unused=True)
+        return out.detach(), [torch.zeros_like(x) if g is None else g for x, g in zip(leaves + ones, grads)], rec
+
+    eager, eager_grads, rec = run("eager")
+    for chunked in (True, False):
+        out, grads, _ = run("sdpa", chunked)
+        assert torch.allclose(out, eager, atol=1e-12, rtol=0)
+        for ours, theirs in zip(grads, eager_grads):
+            assert torch.allclose(ours, theirs, atol=1e-12, rtol=0), chunked
+    scores = rec.records[0][0]
+    g = scores.grad if scores.grad is not None else torch.zeros_like(scores)      # none under ws = 0
+    g = torch.where(valid, g, torch.zeros_like(g))
+    relevance = torch.where(valid, bias, torch.zeros_like(g)) * g
+    assert torch.allclose(eager_grads[3], relevance.sum(-1), atol=1e-12, rtol=0)
+    assert torch.allclose(eager_grads[4], relevance.sum(-2), atol=1e-12, rtol=0)
+    assert (eager_grads[4].abs().max() > 1e-3) == (ws > 0)
