@@ -42,7 +42,7 @@ attention bias.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -54,7 +54,7 @@ from ..lrp.explanation import Explanation
 from ..lrp.positional import PositionalRelevance, RelativeBias
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
-from .text_twin import TextTwin
+from .text_twin import TextForward, TextTwin
 from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
 
 __all__ = ["T5Twin", "T5Inputs", "T5Forward", "SITES"]
@@ -92,17 +92,12 @@ class T5Inputs:
 
 
 @dataclass
-class T5Forward:
-    """One LRP-aware forward: ``logits`` ``[B, V]`` at the explained decoder position, the encoder and decoder
-    embedding leaves, the relative-bias sinks by name (lists per layer), the explained position, and every decoder
-    position's logits ``[B, Td, V]`` when requested (parity tests)."""
+class T5Forward(TextForward):
+    """One LRP-aware forward (:class:`~palrp_bench.models.text_twin.TextForward`: ``logits`` ``[B, V]`` at the
+    explained decoder position, the encoder's embedding leaf, the relative-bias sinks by name, lists per layer, every
+    decoder position's logits ``[B, Td, V]`` when requested) with the decoder's embedding leaf ``decoder_embeds``."""
 
-    logits: torch.Tensor
-    embeds: torch.Tensor
-    decoder_embeds: torch.Tensor
-    explained_index: torch.Tensor
-    other_sinks: dict = field(default_factory=dict)
-    all_logits: torch.Tensor | None = None
+    decoder_embeds: torch.Tensor | None = None
 
     @property
     def sinks(self) -> dict:
@@ -123,19 +118,6 @@ class T5Twin(TextTwin):
     @classmethod
     def family(cls) -> str:
         return "t5 (T5ForConditionalGeneration: T5, T5 v1.1, Flan-T5)"
-
-    @classmethod
-    def supports(cls, model) -> bool:
-        return (type(model).__module__.startswith("transformers.")
-                and getattr(getattr(model, "config", None), "model_type", None) in cls.model_types
-                and type(model).__name__ == "T5ForConditionalGeneration")
-
-    def __init__(self, model):
-        self.model = model
-        self.config = model.config
-        self.head_kind = "seq2seq"
-        self.is_classifier = False
-        self._wire(model)
 
     def _wire(self, model) -> None:
         cfg = model.config
@@ -254,7 +236,8 @@ class T5Twin(TextTwin):
         h = self.norm(self.decoder.final_layer_norm, y, composite)
         index = inputs.explained_index
         logits = self.head(h[torch.arange(b, device=h.device), index])
-        return T5Forward(logits, embeds, dembeds, index, sinks, self.head(h) if return_all_logits else None)
+        return T5Forward(logits, embeds, index, sinks, self.head(h) if return_all_logits else None,
+                         decoder_embeds=dembeds)
 
     # ------------------------------------------------------------------ pieces
     def stack_bias(self, stack, length: int, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:

@@ -35,11 +35,12 @@ __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin"]
 
 #: Hugging Face head classes a text twin explains, by class-name suffix
 HEADS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForSequenceClassification": "classifier",
-         "ForMaskedLM": "masked_lm"}
+         "ForMaskedLM": "masked_lm", "ForConditionalGeneration": "seq2seq"}
 
 
 def head_kind(model) -> str | None:
-    """``causal`` / ``classifier`` / ``masked_lm`` from the model class name, or None for other heads."""
+    """``causal`` / ``classifier`` / ``masked_lm`` / ``seq2seq`` from the model class name, or None for other
+    heads."""
     name = type(model).__name__
     return next((kind for suffix, kind in HEADS.items() if name.endswith(suffix)), None)
 

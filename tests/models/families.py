@@ -84,14 +84,19 @@ def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
 def padded_batch(lengths, side: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """``(ids, mask, sequences)``: sequences of the given lengths, padded with :data:`PAD` on ``side``."""
     seqs = [random_ids(1, n, seed=seed + i)[0] for i, n in enumerate(lengths)]
-    t = max(lengths)
-    ids = torch.full((len(seqs), t), PAD)
+    return (*pad(seqs, side, PAD), seqs)
+
+
+def pad(seqs, side: str, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of 1-d id sequences padded with ``pad_id`` on ``side`` to the longest."""
+    t = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), t), pad_id)
     mask = torch.zeros(len(seqs), t, dtype=torch.long)
     for i, s in enumerate(seqs):
         sl = slice(t - len(s), t) if side == "left" else slice(0, len(s))
         ids[i, sl] = s
         mask[i, sl] = 1
-    return ids, mask, seqs
+    return ids, mask
 
 
 def library_position_ids(family: str, mask: torch.Tensor) -> dict:

@@ -8,6 +8,7 @@ import torch
 
 from palrp_bench import catalog
 from palrp_bench.models.loading import random_model
+from models.families import pad
 
 #: the two variants of the twin's tests: the shipped model config of each
 VARIANTS = ("tiny_t5", "tiny_t5_original")
@@ -45,14 +46,7 @@ def padded(model, lengths, side: str, seed: int = 0, start: int | None = None):
     if start is not None:
         for s in seqs:
             s[0] = start
-    t = max(lengths)
-    ids = torch.full((len(seqs), t), PAD)
-    mask = torch.zeros(len(seqs), t, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        sl = slice(t - len(s), t) if side == "left" else slice(0, len(s))
-        ids[i, sl] = s
-        mask[i, sl] = 1
-    return ids, mask, seqs
+    return (*pad(seqs, side, PAD), seqs)
 
 
 def float64_library_norm(monkeypatch) -> None:
