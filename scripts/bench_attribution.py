@@ -10,7 +10,10 @@ memory linear in length (fused SDPA: no attention matrix is materialised).
 Families (``--family``, several at once or ``all``): random causal LMs of each RoPE decoder family with the
 ``--preset`` sizes and the family's own features switched on as in its real checkpoints (Qwen2 biases, Qwen3 and
 Gemma 3 q/k norms, Gemma 2 soft-capping and local/global layers, Phi-3 fused projections and sliding window,
-GPT-NeoX parallel residual and partial rotary).
+GPT-NeoX parallel residual and partial rotary), GPT-2, OPT, BLOOM, BERT, and the encoder-decoder T5 (v1.1 / Flan-T5:
+gated GELU, untied head, relative position bias; ``--lengths`` are its encoder tokens, ``--decoder-length`` its
+decoder tokens, the explained logit the last decoder position's; ``--preset flan_t5_small`` / ``flan_t5_base`` give
+those checkpoints' shapes).
 
     python scripts/bench_attribution.py                       # tiny-ish random LLaMA on CPU, 512 and 2048
     python scripts/bench_attribution.py --family all --lengths 512 --no-memory     # every family, one length
@@ -19,6 +22,7 @@ GPT-NeoX parallel residual and partial rotary).
         smoothgrad attn_rollout grad_attn_rollout grad_cam atman   # the baselines (docs/baselines.md)
     python scripts/bench_attribution.py --family gpt2 --preset gpt2 --lengths 128 512 \
         --methods grad_x_input alti_logit alti                     # ALTI-Logit / ALTI (docs/baselines.md)
+    python scripts/bench_attribution.py --family t5 --preset flan_t5_small --lengths 512 2048 --threads 1
 
 ``--methods`` takes any method that fits a language model (multi-pass baselines run ``--forward-batch`` rows per
 forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token). ``--json PATH`` also writes the
@@ -58,6 +62,11 @@ PRESETS = {
     # GPT-2 (124M) shapes; --family gpt2 gives the model itself with random weights
     "gpt2": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                  num_key_value_heads=12, vocab_size=50257),
+    # Flan-T5-small / -base shapes (encoder and decoder layers each; --family t5)
+    "flan_t5_small": dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=6,
+                          head_dim=64, vocab_size=32128),
+    "flan_t5_base": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+                         head_dim=64, vocab_size=32128),
     # LLaMA-2 7B shapes
     "llama2_7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=32, vocab_size=32000),
@@ -82,7 +91,12 @@ FAMILIES = {
     "opt": ("OPTConfig", "OPTForCausalLM", {"num_key_value_heads": None, "intermediate_size": None, "ffn_dim": "4x"}),
     "bloom": ("BloomConfig", "BloomForCausalLM", {"num_key_value_heads": None, "intermediate_size": None}),
     "bert": ("BertConfig", "BertForSequenceClassification", {"num_key_value_heads": None, "intermediate_size": "4x"}),
+    "t5": ("T5Config", "T5ForConditionalGeneration", {"num_key_value_heads": None, "feed_forward_proj": "gated-gelu",
+                                                      "tie_word_embeddings": False, "decoder_start_token_id": 0}),
 }
+#: T5's names for the preset's sizes (its config has no position table)
+T5_NAMES = {"hidden_size": "d_model", "intermediate_size": "d_ff", "num_hidden_layers": "num_layers",
+            "num_attention_heads": "num_heads", "head_dim": "d_kv"}
 
 
 def family_config(family: str, preset: str, max_len: int):
@@ -100,6 +114,9 @@ def family_config(family: str, preset: str, max_len: int):
             sizes[key] = 4 * sizes["hidden_size"]
         else:
             sizes[key] = value
+    if family == "t5":
+        sizes.setdefault("head_dim", head_dim)
+        return getattr(transformers, cfg_cls)(**{T5_NAMES.get(k, k): v for k, v in sizes.items()})
     return getattr(transformers, cfg_cls)(**sizes, max_position_embeddings=max(max_len, 4096))
 
 
@@ -135,10 +152,19 @@ def time_once(model, ids, method, device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"], stabilizers=STABILIZERS["choice"])
+    attribute(model, ids, method)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) * 1000
+
+
+def attribute(model, ids, method):
+    """One attribution of the batch ``ids`` (an encoder-decoder's: ``(encoder ids, decoder ids)``)."""
+    decoder = {}
+    if isinstance(ids, tuple):
+        ids, decoder = ids[0], {"decoder_input_ids": ids[1]}
+    return explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"], stabilizers=STABILIZERS["choice"],
+                   **decoder)
 
 
 def peak_memory_mb(args, length, method) -> float:
@@ -150,12 +176,13 @@ def peak_memory_mb(args, length, method) -> float:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        explain(model, ids, method=method, batch_size=FORWARD_BATCH["rows"], stabilizers=STABILIZERS["choice"])
+        attribute(model, ids, method)
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
            "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device, "--family", args.family,
-           "--forward-batch", str(args.forward_batch)] + (["--stabilizers", args.stabilizers] if args.stabilizers else [])
+           "--forward-batch", str(args.forward_batch), "--decoder-length", str(args.decoder_length)] \
+        + (["--stabilizers", args.stabilizers] if args.stabilizers else [])
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return float(out)
 
@@ -172,6 +199,10 @@ def build(args, length):
     model.requires_grad_(False)  # frozen parameters for every method: the floor is forward + input-grad backward
     ids = torch.randint(3, cfg.vocab_size, (args.batch, length), device=device)
     ids[:, 0] = 1
+    if getattr(cfg, "is_encoder_decoder", False):  # the decoder start token and an answer so far
+        decoder = torch.randint(3, cfg.vocab_size, (args.batch, args.decoder_length), device=device)
+        decoder[:, 0] = cfg.decoder_start_token_id
+        return model, (ids, decoder)
     return model, ids
 
 
@@ -191,6 +222,9 @@ def main(argv=None):
     ap.add_argument("--forward-batch", type=int, default=32, help="rows per forward of multi-pass baselines")
     ap.add_argument("--family", nargs="+", default=["llama"], choices=[*FAMILIES, "all"],
                     help="decoder families to measure (random causal LMs with the preset's sizes)")
+    ap.add_argument("--decoder-length", type=int, default=1,
+                    help="decoder tokens of an encoder-decoder (t5), the start token first (default 1: the first "
+                         "answer token is explained, as in AttnLRP's SQuAD v2 protocol)")
     ap.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory probes")
     ap.add_argument("--stabilizers", choices=["official", "none"], default=None,
                     help="epsilon-rule stabilisers of the LRP rules (default: protocol=official's, i.e. official for "
@@ -222,7 +256,7 @@ def main(argv=None):
         base = current_rss_mb()
         sampler = RssSampler()
         sampler.start()
-        explain(model, ids, method=args.memory_probe, stabilizers=args.stabilizers)
+        attribute(model, ids, args.memory_probe)
         print(sampler.stop() - base)
         return
     sizes = PRESETS[args.preset]
