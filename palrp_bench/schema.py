@@ -96,7 +96,8 @@ class ModelConfig:
     name: str = MISSING
     #: how the model is loaded (:data:`palrp_bench.models.loading.LOADERS`): ``hf`` (Hugging Face hub id or local
     #: folder, optional NF4), ``timm`` (timm name or local checkpoint), ``embedded_text`` / ``embedded_vit`` (the
-    #: tiny models shipped with the package), ``selftest`` (no model: the harness self-test)
+    #: tiny models shipped with the package), ``random`` (random weights from the Hugging Face config fields in
+    #: ``options``, e.g. ``tiny_t5``), ``selftest`` (no model: the harness self-test)
     loader: str = MISSING
     kind: ModelKind = ModelKind.none
     #: hub id, timm name, local folder / checkpoint, or the embedded model's kind
@@ -117,7 +118,8 @@ class ModelConfig:
     #: how the paper calls the model (recorded in cell.json and the manifest)
     paper_name: str = ""
     #: extra keyword arguments of the model constructor (``timm``: e.g. ``img_size``, ``embed_dim``, ``depth``,
-    #: ``num_classes`` of a custom checkpoint; on the command line ``+model.options.img_size=64``)
+    #: ``num_classes`` of a custom checkpoint; on the command line ``+model.options.img_size=64``; ``random``: the
+    #: config fields, ``model_type`` first, and ``seed``)
     options: Dict[str, Any] = field(default_factory=dict)
 
 
