@@ -5,8 +5,9 @@ embeddings of both stacks and the relative position bias), batch and padding inv
 one-line refusals. Both variants: T5 v1.1 / Flan-T5 (gated GELU, untied head) and the original T5 (ReLU, tied head
 with the ``d_model ** -0.5`` rescale).
 
-Tolerances: float32 1e-5 absolute on logits of magnitude ~4 (original) and ~20 (v1.1) (measured <= 8.1e-6, i.e.
-4e-7 relative to the largest logit); float64 1e-10 (measured <= 1.8e-14) with the library's ``T5LayerNorm`` statistics in float64
+Tolerances: float32 32 epsilons relative to the largest logit (magnitude ~4 original, ~20 v1.1: 1.5e-5 / 7.6e-5;
+measured <= 8.1e-6, i.e. 4e-7 = 3.4 epsilons relative; the sums of the two stacks' matmuls round in another order
+on every kernel set); float64 1e-10 (measured <= 1.8e-14) with the library's ``T5LayerNorm`` statistics in float64
 (:func:`models.tiny_t5.float64_library_norm`; without it the float64 library forward carries float32 rounding,
 measured ~3e-6).
 """
@@ -20,7 +21,7 @@ from palrp_bench.lrp.composites import ATTNLRP, GRAD_X_INPUT
 from palrp_bench.models.registry import twin_for
 from models.tiny_t5 import PAD, VARIANTS, float64_library_norm, make_t5, padded
 
-F32_TOL = 1e-5
+F32_REL = 32 * torch.finfo(torch.float32).eps
 F64_TOL = 1e-10
 METHODS = ("attnlrp", "cp_lrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input")
 
@@ -56,7 +57,7 @@ def test_logits_match_the_library_float32(variant, library, sides):
     assert theirs[real].abs().max() > 0.5
     for attention in ("sdpa", "eager"):
         ours = twin_logits(model, ids, mask, dec, dmask, attention)
-        assert (ours - theirs)[real].abs().max() <= F32_TOL, attention
+        assert (ours - theirs)[real].abs().max() <= F32_REL * theirs[real].abs().max(), attention
 
 
 @pytest.mark.parametrize("library", ["sdpa", "eager"])
