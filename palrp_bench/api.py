@@ -71,8 +71,11 @@ def embeddings_used(model, method="attnlrp", embeddings: str = "full") -> str | 
     return embeddings if embeddings_switch_applies(m, twin.positional.name, twin.modality) else None
 
 
-#: the methods an encoder-decoder twin explains so far (one LRP pass through both stacks); the baselines follow
-ENCODER_DECODER_METHODS = ("attnlrp", "cp_lrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input")
+#: the methods an encoder-decoder twin explains: one LRP pass through both stacks, and the baselines on the encoder
+#: tokens (docs/baselines.md, "T5"); ALTI and ALTI-Logit decompose one residual stream and refuse
+ENCODER_DECODER_METHODS = ("attnlrp", "cp_lrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input",
+                           "integrated_gradients", "smoothgrad", "attn_rollout", "grad_attn_rollout", "grad_cam",
+                           "atman", "gradient_l1", "gradient_l2")
 
 
 def _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask):
@@ -85,7 +88,7 @@ def _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask):
                                 "decoder_attention_mask", "drop them")
         return twin.prepare
     if m.name not in ENCODER_DECODER_METHODS:
-        raise BadInputError(f"method {m.name!r} does not support encoder-decoders ({name}) yet",
+        raise BadInputError(f"method {m.name!r} does not support encoder-decoders ({name})",
                             f"use one of: {', '.join(ENCODER_DECODER_METHODS)}")
 
     def prepare(inputs, attention_mask):

@@ -19,6 +19,13 @@ cross-entropy when ``i`` is suppressed, ``log p_j(x) - log p_j(x~_i)``; ``logit`
 which is the same number (the log-softmax normaliser cancels). The features are the real tokens of a decoder input and the patch tokens of a ViT (painted
 over their pixels). Each sample costs ``N_T + 1`` forwards (one per feature token, plus the unsuppressed
 reference in the same batched passes), no backward; ``batch_size`` rows go through one forward.
+
+Encoder-decoders (T5; AttnLRP paper section 4: "suppressing tokens in all self-attention layers within the encoder,
+while only doing so in cross-attention layers within the decoder"): the features are the real encoder tokens, and
+their keys are scaled in every call whose keys are encoder tokens, the encoder self-attention and the decoder's
+cross-attention (:func:`~.base.feature_key_sites`), never in the decoder's self-attention. The scaling is of
+``Q K^T`` as the paper writes it; T5's relative position bias is added afterwards, unscaled (docs/baselines.md,
+"T5").
 """
 from __future__ import annotations
 
@@ -27,8 +34,8 @@ import torch
 from ..errors import BadInputError
 from ..lrp import rules
 from . import register_attributor
-from .base import (AttributorCall, AttributorResult, input_of, logits_from, patch_embeddings, patch_grid, per_patch,
-                   prefix_tokens, select_rows, valid_tokens)
+from .base import (AttributorCall, AttributorResult, feature_key_sites, input_of, logits_from, patch_embeddings,
+                   patch_grid, per_patch, prefix_tokens, select_rows, valid_tokens)
 
 __all__ = ["atman", "suppression_factors", "SCORES"]
 
@@ -91,6 +98,7 @@ def atman(call: AttributorCall) -> AttributorResult:
     else:
         hp, wp = patch_grid(call.twin, call.prepared)
         n_tokens = prefix_tokens(call.twin) + hp * wp
+    sites = feature_key_sites(call.twin)
     relevance = torch.zeros(call.batch, n_tokens, dtype=torch.float64, device=x.device)
     passes = torch.zeros(call.batch, dtype=torch.long)
     for b in range(call.batch):
@@ -103,7 +111,7 @@ def atman(call: AttributorCall) -> AttributorResult:
             for start in range(0, factors.shape[0], chunk):
                 scale = factors[start:start + chunk]
                 rows = torch.full((scale.shape[0],), b, dtype=torch.long, device=x.device)
-                with rules.attention_hooks(key_scale=scale):
+                with rules.attention_hooks(key_scale=scale, key_scale_sites=sites):
                     logits = logits_from(call.twin, select_rows(call.prepared, rows), x[rows], **call.options)
                 values.append(_explained_score(logits, int(call.target[b]), score,
                                                None if call.foil is None else int(call.foil[b])))

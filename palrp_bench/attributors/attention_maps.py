@@ -5,6 +5,11 @@ The twin runs its ordinary forward (``grad_x_input`` composite, eager attention)
 keeps the softmax weights ``A`` ``[B, H, T, T]`` of every layer in order; with ``with_grad`` one backward from the
 explained values (summed over the batch: every sample's gradient is its own) gives ``dA = d f_j / d A``, or
 ``d (f_j - f_foil) / d A`` for a contrastive call (:func:`~.base.explained_of`).
+
+Only the layers whose queries and keys are both the feature tokens are returned
+(:func:`~.base.feature_attention_sites`): every layer of a decoder, an encoder or a ViT; the encoder's
+self-attention layers of T5, whose decoder self- and cross-attention maps are over other token sets
+(docs/baselines.md, "T5"). Their gradient still flows through the decoder to the explained logit.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..lrp import rules
-from .base import AttributorCall, explained_of, input_of, logits_from
+from .base import AttributorCall, explained_of, feature_attention_sites, input_of, logits_from
 
 __all__ = ["LayerAttention", "layer_attention"]
 
@@ -29,20 +34,23 @@ class LayerAttention:
 
 
 def layer_attention(call: AttributorCall, with_grad: bool) -> list[LayerAttention]:
-    """The attention of every layer of one forward of the batch, first layer first (module docstring)."""
+    """The attention of every layer over the feature tokens of one forward of the batch, first layer first
+    (module docstring)."""
     recorder = rules.AttentionRecorder()
     x = input_of(call.twin, call.prepared).clone().requires_grad_(True)
     options = {**call.options, "attention": "eager"}
+    sites = feature_attention_sites(call.twin)
     with torch.enable_grad(), rules.attention_hooks(recorder=recorder):
         logits = logits_from(call.twin, call.prepared, x, **options)
-        weights = [w for _, w, _ in recorder.records]
+        records = [r for r, site in zip(recorder.records, recorder.sites) if sites is None or site in sites]
+        weights = [w for _, w, _ in records]
         grads = [None] * len(weights)
         if with_grad:
             explained = explained_of(call, logits).sum()
             grads = torch.autograd.grad(explained, weights, allow_unused=True)
             grads = [torch.zeros_like(w) if g is None else g for w, g in zip(weights, grads)]
     out = []
-    for w, g, (_, _, valid) in zip(weights, grads, recorder.records):
+    for w, g, (_, _, valid) in zip(weights, grads, records):
         b, _, t, _ = w.shape
         valid = None if valid is None else torch.broadcast_to(valid, (b, 1, t, t))
         out.append(LayerAttention(w.detach(), None if g is None else g.detach(), valid))

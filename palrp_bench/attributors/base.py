@@ -13,7 +13,11 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
   that value, docs/engine.md "Contrastive explanations");
 * :func:`select_rows`: the prepared inputs of chosen samples, repeated as needed (batched multi-pass methods);
 * :func:`attention_row`: the query row of the explained output in the attention matrices (the last real token of
-  a decoder, the CLS token of a ViT) and :func:`prefix_tokens` (tokens of a ViT that are not patches).
+  a decoder, the CLS token of a ViT) and :func:`prefix_tokens` (tokens of a ViT that are not patches);
+* encoder-decoders (T5), whose scores are over the encoder tokens and whose explained logit is the decoder's:
+  :func:`feature_attention_sites` (the attention calls whose queries and keys are both encoder tokens: the encoder
+  self-attention), :func:`feature_key_sites` (those whose keys are: encoder self- and cross-attention) and
+  :func:`encoder_rows` (no encoder row is the explained output's: the real encoder rows are averaged).
 
 :func:`run_attributor` turns the result into an :class:`~palrp_bench.lrp.explanation.Explanation`: per-token scores
 ``[B, T]`` (signed, zero at padding), or per-pixel maps ``[B, H, W]`` where ``scores`` is ReLU'd like every vision
@@ -39,7 +43,7 @@ from ..methods.pixel_aggregation import paint_patches
 from ..methods.registry import Method
 
 __all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "explained_of", "select_rows",
-           "attention_row",
+           "attention_row", "feature_attention_sites", "feature_key_sites", "encoder_rows",
            "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "sample_seed",
            "explanation_of"]
 
@@ -141,6 +145,30 @@ def attention_row(call: "AttributorCall") -> torch.Tensor:
         raise UnsupportedModelError(f"{call.method.name} reads the CLS row of the attention, but this ViT pools "
                                     f"{call.twin.model.global_pool!r}", "use a ViT that classifies from its CLS token")
     return torch.zeros(call.batch, dtype=torch.long, device=call.prepared.pixels.device)
+
+
+def feature_attention_sites(twin) -> tuple[str, ...] | None:
+    """The ``site`` labels (:attr:`palrp_bench.lrp.rules.AttentionRecorder.sites`) of the attention calls whose
+    queries and keys are both the feature tokens: T5's ``encoder`` self-attention; None = every call (decoders,
+    encoders, ViTs: one stack)."""
+    return getattr(twin, "feature_attention_sites", None)
+
+
+def feature_key_sites(twin) -> tuple[str, ...] | None:
+    """The ``site`` labels of the attention calls whose keys are the feature tokens: T5's ``encoder`` self- and
+    ``cross``-attention (not the decoder's self-attention, whose keys are decoder tokens); None = every call."""
+    return getattr(twin, "feature_key_sites", None)
+
+
+def encoder_rows(call: "AttributorCall") -> torch.Tensor | None:
+    """``[B, T]`` float64 weights of the query rows an attention-map method reads where the explained output has no
+    row among the feature tokens (an encoder-decoder: the logit is the decoder's, the features the encoder tokens):
+    the mean of the real encoder rows (every encoder output is read by the decoder's cross-attention;
+    docs/baselines.md, "T5"). None where :func:`attention_row` gives the row."""
+    if not getattr(call.twin, "encoder_decoder", False):
+        return None
+    valid = valid_tokens(call.twin, call.prepared).double()
+    return valid / valid.sum(-1, keepdim=True)
 
 
 def prefix_tokens(twin) -> int:

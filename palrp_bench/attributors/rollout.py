@@ -17,6 +17,10 @@ paper's value for the language models; 0.99 for rollout and 0.91 for gradient ro
 No row normalisation (the paper's Eq. 23 and Chefer et al.'s code add ``I`` without normalising).
 
 ViT relevance is per patch token (the CLS row without its prefix columns), painted over the patch's pixels.
+Encoder-decoders (T5): the product runs over the encoder's self-attention layers (the only maps whose queries and
+keys are both encoder tokens, :func:`~.base.feature_attention_sites`) and no encoder row is the explained
+output's, so the relevance is the mean of the real encoder rows of ``R`` (:func:`~.base.encoder_rows`);
+``grad_attn_rollout`` takes the gradient of the decoder's explained logit (docs/baselines.md, "T5").
 Cost: one forward (rollout), one forward and one backward (gradient rollout).
 """
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 
 from . import register_attributor
 from .attention_maps import LayerAttention, layer_attention
-from .base import AttributorCall, AttributorResult, attention_row, per_patch
+from .base import AttributorCall, AttributorResult, attention_row, encoder_rows, per_patch
 
 __all__ = ["rollout", "discard_outliers", "attn_rollout", "grad_attn_rollout"]
 
@@ -55,8 +59,12 @@ def rollout(layers: list[torch.Tensor], valids: list[torch.Tensor | None], thres
 
 
 def _result(call: AttributorCall, r: torch.Tensor, backward: int) -> AttributorResult:
-    rows = attention_row(call).to(r.device)
-    relevance = r[torch.arange(r.shape[0], device=r.device), rows]  # [B, T]
+    weights = encoder_rows(call)
+    if weights is None:
+        rows = attention_row(call).to(r.device)
+        relevance = r[torch.arange(r.shape[0], device=r.device), rows]  # [B, T]
+    else:
+        relevance = torch.einsum("bi,bij->bj", weights.to(r), r)
     ones = torch.ones(call.batch, dtype=torch.long)
     if call.modality == "tokens":
         return AttributorResult(relevance, ones, ones * backward)

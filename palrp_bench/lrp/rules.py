@@ -550,21 +550,25 @@ class AttentionHooks:
       ``Q K^T`` in every layer, i.e. column ``t`` of the pre-softmax scores ``H = Q K^T`` is multiplied by
       ``key_scale[b, t]`` (AtMan, Deb et al. 2023; AttnLRP paper appendix A.1.5: ``H~ = H * (1 - p^i)``). Works on
       the fused and the eager path. All ones changes nothing.
+    * ``key_scale_sites``: the ``site`` labels of the calls ``key_scale`` applies to (None = every call). T5's
+      keys are the encoder tokens only in its ``encoder`` and ``cross`` calls (AtMan on encoder-decoders, AttnLRP
+      paper section 4: suppress in every encoder self-attention and only in the decoder's cross-attention).
     """
 
     recorder: AttentionRecorder | None = None
     key_scale: torch.Tensor | None = None
+    key_scale_sites: tuple[str, ...] | None = None
 
 
 _HOOKS: ContextVar[AttentionHooks | None] = ContextVar("palrp_attention_hooks", default=None)
 
 
 @contextmanager
-def attention_hooks(*, recorder: AttentionRecorder | None = None,
-                    key_scale: torch.Tensor | None = None) -> Iterator[AttentionHooks]:
+def attention_hooks(*, recorder: AttentionRecorder | None = None, key_scale: torch.Tensor | None = None,
+                    key_scale_sites: tuple[str, ...] | None = None) -> Iterator[AttentionHooks]:
     """Install :class:`AttentionHooks` for every :func:`attention` call made inside the ``with`` block (this thread
     / task only; nested blocks replace the outer hooks and restore them on exit). Models are never modified."""
-    hooks = AttentionHooks(recorder, key_scale)
+    hooks = AttentionHooks(recorder, key_scale, None if key_scale_sites is None else tuple(key_scale_sites))
     token = _HOOKS.set(hooks)
     try:
         yield hooks
@@ -719,7 +723,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     """
     hooks = _HOOKS.get()
     if hooks is not None:
-        if hooks.key_scale is not None:
+        if hooks.key_scale is not None and (hooks.key_scale_sites is None or site in hooks.key_scale_sites):
             if hooks.key_scale.shape != (k.shape[0], k.shape[2]):
                 raise ValueError(f"key_scale has shape {tuple(hooks.key_scale.shape)}, expected "
                                  f"[batch, tokens] = {(k.shape[0], k.shape[2])}")

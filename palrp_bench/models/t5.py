@@ -114,6 +114,10 @@ class T5Twin(TextTwin):
     positional = RelativeBias()
     #: explains a decoder logit from encoder and decoder inputs (``explain(..., decoder_input_ids=...)``)
     encoder_decoder = True
+    #: the attention sites whose queries and keys are both encoder tokens (the tokens the scores are over)
+    feature_attention_sites = ("encoder",)
+    #: the attention sites whose keys are encoder tokens
+    feature_key_sites = ("encoder", "cross")
 
     @classmethod
     def family(cls) -> str:

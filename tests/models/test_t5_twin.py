@@ -208,7 +208,8 @@ def test_bad_inputs_and_options_are_refused_in_one_line():
         (dict(decoder_input_ids=dec, decoder_attention_mask=dmask * 2), "decoder_attention_mask must contain"),
         (dict(decoder_input_ids=dec, relative_bias_rule="paper"), "unknown relative_bias_rule"),
         (dict(decoder_input_ids=dec, alibi_rule="paper"), "takes no option alibi_rule"),
-        (dict(decoder_input_ids=dec, method="integrated_gradients"), "does not support encoder-decoders"),
+        (dict(decoder_input_ids=dec, method="alti_logit"), "does not support encoder-decoders"),
+        (dict(decoder_input_ids=dec, method="alti"), "does not support encoder-decoders"),
     ]
     for kwargs, match in cases:
         kwargs = {"method": "pa_lrp", **kwargs}
