@@ -116,7 +116,9 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         decoder_input_ids: encoder-decoders only, and required there: ``[B, T_dec]``, the decoder start token
             followed by the answer so far; the explained logit is the one at the last real decoder position
             (docs/engine.md, "T5"). ``scores``, ``semantic`` and ``positional`` are then over the encoder tokens,
-            the decoder tokens' in ``extras["decoder_scores"]`` (:meth:`palrp_bench.models.t5.T5Twin.split`).
+            the decoder tokens' in ``extras["decoder_scores"]`` (:meth:`palrp_bench.models.t5.T5Twin.split`; the
+            baselines hold the decoder inputs fixed and score the encoder tokens only, docs/baselines.md "T5";
+            ``alti`` / ``alti_logit`` refuse).
         decoder_attention_mask: ``[B, T_dec]`` (encoder-decoders; None = no decoder padding).
         method: ``attnlrp`` | ``pe_only`` | ``pa_lrp`` | ``pa_lrp_no_multisink`` | ``grad_x_input`` | ``cp_lrp``,
             the AttnLRP paper's ViT composites ``attnlrp_gamma_b4`` | ``cp_lrp_gamma_b4``, or a baseline
