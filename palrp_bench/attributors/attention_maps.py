@@ -4,7 +4,8 @@ The twin runs its ordinary forward (``grad_x_input`` composite, eager attention)
 :func:`palrp_bench.lrp.rules.attention_hooks` with an :class:`~palrp_bench.lrp.rules.AttentionRecorder`, which
 keeps the softmax weights ``A`` ``[B, H, T, T]`` of every layer in order; with ``with_grad`` one backward from the
 explained values (summed over the batch: every sample's gradient is its own) gives ``dA = d f_j / d A``, or
-``d (f_j - f_foil) / d A`` for a contrastive call (:func:`~.base.explained_of`).
+``d (f_j - f_foil) / d A`` for a contrastive call (:func:`~.base.explained_of`). Without ``with_grad`` the forward
+builds no autograd graph, so attention rollout holds only the recorded scores and weights.
 
 Only the layers whose queries and keys are both the feature tokens are returned
 (:func:`~.base.feature_attention_sites`): every layer of a decoder, an encoder or a ViT; the encoder's
@@ -40,7 +41,7 @@ def layer_attention(call: AttributorCall, with_grad: bool) -> list[LayerAttentio
     x = input_of(call.twin, call.prepared).clone().requires_grad_(True)
     options = {**call.options, "attention": "eager"}
     sites = feature_attention_sites(call.twin)
-    with torch.enable_grad(), rules.attention_hooks(recorder=recorder):
+    with torch.set_grad_enabled(with_grad), rules.attention_hooks(recorder=recorder):
         logits = logits_from(call.twin, call.prepared, x, **options)
         records = [r for r, site in zip(recorder.records, recorder.sites) if sites is None or site in sites]
         weights = [w for _, w, _ in records]

@@ -459,8 +459,9 @@ class AttentionRecorder:
             if values is not None:
                 self.heads.append(HeadsRecord(values.detach()))
             return
-        scores.retain_grad()
-        weights.retain_grad()
+        if weights.requires_grad:  # a forward without autograd (attention rollout) records the values only
+            scores.retain_grad()
+            weights.retain_grad()
         self.records.append((scores, weights, valid))
 
     def add_projection(self, projection: Callable[[torch.Tensor], torch.Tensor], output: torch.Tensor) -> None:
