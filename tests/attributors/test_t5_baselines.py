@@ -85,6 +85,28 @@ def test_every_table1_method_scores_the_encoder_tokens(variant):
     assert atman.extras["forward_passes"].tolist() == [10, 7]  # one per real encoder token, plus the reference
 
 
+def test_every_other_method_runs_or_refuses_in_one_line():
+    """Every registered method either explains T5 over the encoder tokens or refuses it in one line (ALTI and
+    ALTI-Logit; the ViT composites)."""
+    from palrp_bench.api import ENCODER_DECODER_METHODS
+    from palrp_bench.errors import BadInputError
+    from palrp_bench.methods.registry import METHODS
+
+    model = make_t5("tiny_t5", torch.float64)
+    ids, mask, dec, dmask = batch(model)
+    refused = []
+    for method in sorted(METHODS):
+        if method in ENCODER_DECODER_METHODS:
+            assert run(model, method, ids, mask, dec, dmask).scores.shape == ids.shape, method
+            continue
+        with pytest.raises(BadInputError) as err:
+            run(model, method, ids, mask, dec, dmask)
+        assert "\n" not in str(err.value), method
+        refused.append(method)
+    assert {"alti", "alti_logit", "attnlrp_gamma_b4", "cp_lrp_gamma_b4"} <= set(refused)
+    assert not set(TABLE1) & set(refused)
+
+
 @pytest.mark.parametrize("method", TABLE1[1:7])
 def test_baselines_are_batch_and_padding_invariant(method):
     """Each sample alone and unpadded scores as in the padded batch; SmoothGrad draws its noise for the padded
