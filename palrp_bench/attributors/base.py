@@ -17,7 +17,8 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 * encoder-decoders (T5), whose scores are over the encoder tokens and whose explained logit is the decoder's:
   :func:`feature_attention_sites` (the attention calls whose queries and keys are both encoder tokens: the encoder
   self-attention), :func:`feature_key_sites` (those whose keys are: encoder self- and cross-attention) and
-  :func:`encoder_rows` (no encoder row is the explained output's: the real encoder rows are averaged).
+  :func:`encoder_rows` (no encoder row is the explained output's: the real encoder rows are averaged),
+  :func:`decoder_tokens` (the real decoder tokens).
 
 :func:`run_attributor` turns the result into an :class:`~palrp_bench.lrp.explanation.Explanation`: per-token scores
 ``[B, T]`` (signed, zero at padding), or per-pixel maps ``[B, H, W]`` where ``scores`` is ReLU'd like every vision
@@ -44,7 +45,8 @@ from ..methods.registry import Method
 
 __all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "explained_of", "select_rows",
            "attention_row", "feature_attention_sites", "feature_key_sites", "encoder_rows",
-           "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "sample_seed",
+           "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "decoder_tokens",
+           "sample_seed",
            "explanation_of"]
 
 
@@ -201,6 +203,13 @@ def valid_tokens(twin, prepared) -> torch.Tensor:
         mask = prepared.attention_mask
         return torch.ones_like(prepared.input_ids, dtype=torch.bool) if mask is None else mask.bool()
     raise ValueError("valid_tokens is defined for token models")
+
+
+def decoder_tokens(twin, prepared) -> torch.Tensor:
+    """``[B, Td]`` bool: the real decoder tokens of an encoder-decoder batch (T5's ``decoder_attention_mask``)."""
+    if not getattr(twin, "encoder_decoder", False):
+        raise ValueError("decoder_tokens is defined for encoder-decoders")
+    return prepared.decoder_mask.bool()
 
 
 def sample_seed(twin, prepared, index: int, seed: int) -> int:

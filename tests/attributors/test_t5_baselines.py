@@ -5,8 +5,10 @@ the shipped configs, checked against the unmodified library model:
   zero at padding, batch and padding invariant; ALTI / ALTI-Logit refuse in one line (tests/models/test_t5_twin.py);
 * Integrated Gradients: completeness, and equal to a direct Captum call on the library model's ``inputs_embeds``;
 * SmoothGrad with noise 0: the plain gradient (``times_input: false``) / Gradient x Input (``true``);
-* rollout, gradient rollout and Grad-CAM: equal to the same formulas on the library's own encoder attentions
-  (``output_attentions``) and their gradient; rollout rows sum to ``2^L`` (each ``I + A`` row sums to 2);
+* rollout and gradient rollout: equal to Chefer et al. (2021a)'s encoder-decoder rules written out on the
+  library's own encoder, decoder and cross-attention weights (``output_attentions``) and their gradient, per sample
+  on its real tokens; a closed form for one layer each; Grad-CAM: equal to its formula on the library's encoder
+  attentions;
 * AtMan: equal to a loop of single library forwards whose encoder self-attention and cross-attention keys of the
   suppressed token are scaled (forward hooks on the library's ``k`` projections); suppressing nothing changes
   nothing; the key hook scales the suppressed column in every encoder self- and cross-attention call and nowhere
@@ -23,7 +25,6 @@ from captum.attr import IntegratedGradients
 
 from models.tiny_t5 import PAD, VARIANTS, float64_library_norm, make_t5, padded
 from palrp_bench import explain
-from palrp_bench.attributors.rollout import rollout
 from palrp_bench.lrp import rules
 from palrp_bench.lrp.composites import GRAD_X_INPUT
 from palrp_bench.models.registry import twin_for
@@ -63,7 +64,8 @@ def library(model, ids, mask, dec, dmask, embeds=None, **kwargs):
     inputs = dict(inputs_embeds=embeds) if embeds is not None else dict(input_ids=ids)
     out = model(**inputs, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dmask,
                 use_cache=False, **kwargs)
-    last = dmask.sum(1) - 1 if dmask is not None else torch.full((dec.shape[0],), dec.shape[1] - 1)
+    positions = torch.arange(dec.shape[1])
+    last = (positions * dmask).argmax(-1) if dmask is not None else torch.full((dec.shape[0],), dec.shape[1] - 1)
     return out.logits[torch.arange(dec.shape[0]), last], out
 
 
@@ -173,16 +175,20 @@ def test_smoothgrad_without_noise_is_the_gradient_or_gradient_x_input():
 
 
 # ------------------------------------------------------------------------------ 3. attention-map baselines
-def library_encoder_attention(model, ids, mask, dec, dmask):
-    """The library's encoder self-attention weights per layer ``[B, H, T, T]`` and their gradient with respect to
-    the explained (arg-max) logit at the last real decoder position."""
+def library_attention(model, ids, mask, dec, dmask):
+    """The library's attention weights per layer ``[B, H, Tq, Tk]`` (``output_attentions``: ``encoder``,
+    ``decoder`` self-attention, ``cross``) and their gradient with respect to the explained (arg-max) logit at the
+    last real decoder position, as dicts by kind."""
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
     logits, out = library(eager, ids, mask, dec, dmask, output_attentions=True)
-    maps = out.encoder_attentions
-    assert len(maps) == eager.config.num_layers
-    grads = torch.autograd.grad(logits.max(-1).values.sum(), maps)
-    return [a.detach() for a in maps], grads
+    maps = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    assert len(maps["encoder"]) == eager.config.num_layers
+    assert len(maps["decoder"]) == len(maps["cross"]) == eager.config.num_decoder_layers
+    flat = [a for kind in maps.values() for a in kind]
+    grads = iter(torch.autograd.grad(logits.max(-1).values.sum(), flat))
+    return ({k: [a.detach() for a in v] for k, v in maps.items()},
+            {k: [next(grads) for _ in v] for k, v in maps.items()})
 
 
 def mean_real_rows(m, mask):
@@ -190,39 +196,108 @@ def mean_real_rows(m, mask):
     return torch.einsum("bi,bij->bj", w, m)
 
 
+def explicit_encoder_decoder_rollout(maps, grads, mask, dmask, b):
+    """Sample ``b``'s rollout by Chefer et al. (2021a)'s encoder-decoder rules, written out on its real tokens only
+    (the library's padded rows and columns sliced away): ``A = E_h(A^h)`` or ``E_h((G^h * A^h)^+)``;
+    ``R^ss = R^tt = I``, ``R^ts = 0``; encoder layer ``R^ss += A R^ss``; decoder self-attention ``R^tt += A R^tt``,
+    ``R^ts += A R^ts``; cross-attention ``R^ts += Rbar(R^tt)^T A Rbar(R^ss)``, ``Rbar`` row by row: ``(R - I)_i``
+    over its sum (0 where the sum is 0) plus ``e_i``. Returns the last real decoder row of ``R^ts``."""
+    enc, de = torch.nonzero(mask[b]).reshape(-1), torch.nonzero(dmask[b]).reshape(-1)
+
+    def head_mean(kind, layer, rows, cols):
+        a = maps[kind][layer][b][:, rows][:, :, cols]
+        if grads is not None:
+            a = (grads[kind][layer][b][:, rows][:, :, cols] * a).clamp(min=0)
+        return a.mean(0)
+
+    def bar(r):
+        out = torch.zeros_like(r)
+        for i in range(r.shape[0]):
+            row = r[i].clone()
+            row[i] -= 1
+            total = float(row.sum())
+            out[i] = row / total if total != 0 else 0.0
+            out[i, i] += 1
+        return out
+
+    r_ss = torch.eye(len(enc), dtype=torch.float64)
+    for layer in range(len(maps["encoder"])):
+        r_ss = r_ss + head_mean("encoder", layer, enc, enc) @ r_ss
+    r_tt, r_ts = torch.eye(len(de), dtype=torch.float64), torch.zeros(len(de), len(enc), dtype=torch.float64)
+    for layer in range(len(maps["decoder"])):
+        a = head_mean("decoder", layer, de, de)
+        r_tt, r_ts = r_tt + a @ r_tt, r_ts + a @ r_ts
+        r_ts = r_ts + bar(r_tt).T @ head_mean("cross", layer, de, enc) @ bar(r_ss)
+    scores = torch.zeros(mask.shape[1], dtype=torch.float64)
+    scores[enc] = r_ts[-1]
+    return scores
+
+
+@pytest.mark.parametrize("enc_side,dec_side", [("right", "right"), ("left", "left"), ("left", "right")])
+def test_rollouts_equal_the_encoder_decoder_rules_on_the_library_attention(enc_side, dec_side):
+    """Both rollouts of a padded batch equal the explicit rules applied to the library's own encoder, decoder and
+    cross-attention weights (and their autograd gradient) of each sample's real tokens."""
+    model = make_t5("tiny_t5", torch.float64, num_layers=3, num_decoder_layers=2)
+    ids, mask, dec, dmask = batch(model, enc_side, dec_side)
+    maps, grads = library_attention(model, ids, mask, dec, dmask)
+    for method, g in (("attn_rollout", None), ("grad_attn_rollout", grads)):
+        e = run(model, method, ids, mask, dec, dmask)
+        expected = torch.stack([explicit_encoder_decoder_rollout(maps, g, mask, dmask, b) for b in range(2)])
+        assert expected.abs().max() > 0, method
+        assert close(e.scores, expected), method
+        assert e.extras["backward_passes"].tolist() == [int(g is not None)] * 2, method
+
+
+def test_rollout_of_one_encoder_and_one_decoder_layer_in_closed_form():
+    """One layer each: ``R^ss = I + A_e`` and ``R^tt = I + A_d`` have rows of ``R - I`` summing to 1, so
+    ``Rbar = R``; the causal ``A_d`` makes the explained (last) column of ``R^tt`` zero above its diagonal, so
+    the scores are ``(1 + A_d[i, i]) A_c[i] (I + A_e)`` and sum to ``2 (1 + A_d[i, i])``."""
+    model = make_t5("tiny_t5", torch.float64, num_layers=1, num_decoder_layers=1)
+    ids, mask, dec, dmask = batch(model, "right", "right")
+    maps, _ = library_attention(model, ids, mask, dec, dmask)
+    e = run(model, "attn_rollout", ids, mask, dec, dmask)
+    for b, i in enumerate(e.extras["explained_index"].tolist()):
+        a_e, a_d, a_c = (maps[kind][0][b].mean(0) for kind in ("encoder", "decoder", "cross"))
+        expected = (1 + a_d[i, i]) * (a_c[i] @ (torch.eye(ids.shape[1], dtype=torch.float64) + a_e))
+        assert close(e.scores[b], expected * mask[b]), b
+        assert abs(float(e.scores[b].sum()) - 2 * (1 + float(a_d[i, i]))) <= 1e-12
+        assert float(a_d[i, i]) < 1 - 1e-6  # the decoder's own mixing matters here
+
+
+def test_residual_normalisation_keeps_unmixed_rows_and_rescales_mixed_ones():
+    from palrp_bench.attributors.rollout import residual_normalised
+
+    r = torch.eye(3, dtype=torch.float64)[None].repeat(1, 1, 1)
+    r[0, 1, :] += torch.tensor([0.5, 1.0, 0.5], dtype=torch.float64)  # mixed row: (R - I) row sums to 2
+    out = residual_normalised(r)
+    assert torch.equal(out[0, 0], torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))  # unmixed: e_i, no NaN
+    assert torch.allclose(out[0, 1], torch.tensor([0.25, 1.5, 0.25], dtype=torch.float64), atol=1e-15, rtol=0)
+
+
+def test_rollouts_need_the_decoder_and_discard_outliers():
+    """The encoder-decoder rollout reads the decoder: another decoder input changes ``attn_rollout`` (which reads no
+    logit); a discard threshold below 1 zeroes the largest entries of every map, which changes the scores."""
+    model = make_t5("tiny_t5", torch.float64)
+    ids, mask, dec, dmask = batch(model)
+    e = run(model, "attn_rollout", ids, mask, dec, dmask)
+    other = dec.clone()
+    other[:, 1] = 4 + (other[:, 1] + 1) % (model.config.vocab_size - 4)
+    assert not close(run(model, "attn_rollout", ids, mask, other, dmask).scores, e.scores, tol=1e-6)
+    for method in ("attn_rollout", "grad_attn_rollout"):
+        full = run(model, method, ids, mask, dec, dmask)
+        dropped = run(model, method, ids, mask, dec, dmask, params={"discard_threshold": 0.9})
+        assert not close(dropped.scores, full.scores, tol=1e-6), method
+
+
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_rollouts_and_grad_cam_equal_the_formulas_on_the_library_encoder_attention(side):
+def test_grad_cam_equals_the_formula_on_the_library_encoder_attention(side):
     model = make_t5("tiny_t5", torch.float64)
     ids, mask, dec, dmask = batch(model, side, "right")
-    maps, grads = library_encoder_attention(model, ids, mask, dec, dmask)
-    t = ids.shape[1]
-    valid = mask.bool()[:, None, None, :].expand(-1, 1, t, t)
-
-    r = rollout([a.mean(1) for a in maps], [valid] * len(maps), 1.0)
-    assert close(run(model, "attn_rollout", ids, mask, dec, dmask).scores, mean_real_rows(r, mask))
-    rg = rollout([(g * a).clamp(min=0).mean(1) for a, g in zip(maps, grads)], [valid] * len(maps), 1.0)
-    assert close(run(model, "grad_attn_rollout", ids, mask, dec, dmask).scores, mean_real_rows(rg, mask))
-
-    a, g = maps[-1], grads[-1]  # Grad-CAM: per encoder row r, w_hr = mean of G^h[r, k] over the real keys k
+    maps, grads = library_attention(model, ids, mask, dec, dmask)
+    a, g = maps["encoder"][-1], grads["encoder"][-1]  # per encoder row r, w_hr = mean of G^h[r, k], real keys k
     w = (g * mask[:, None, None, :]).sum(-1, keepdim=True) / mask.sum(-1)[:, None, None, None]
     cam = mean_real_rows((w * a).mean(1), mask)
     assert close(run(model, "grad_cam", ids, mask, dec, dmask).scores, cam)
-
-
-def test_rollout_rows_sum_to_two_to_the_layers():
-    """Every row of ``I + A_k`` sums to 2 over the real keys, so every row of ``R`` (and the mean of the real rows,
-    the scores) sums to ``2^L``; with a discard threshold it falls below."""
-    model = make_t5("tiny_t5", torch.float64, num_layers=3)
-    ids, mask, dec, dmask = batch(model, "left")
-    e = run(model, "attn_rollout", ids, mask, dec, dmask)
-    assert torch.allclose(e.scores.sum(-1), torch.full((2,), 8.0, dtype=torch.float64), atol=1e-12, rtol=0)
-    maps, _ = library_encoder_attention(model, ids, mask, dec, dmask)
-    t = ids.shape[1]
-    r = rollout([a.mean(1) for a in maps], [mask.bool()[:, None, None, :].expand(-1, 1, t, t)] * 3, 1.0)
-    real = mask.bool()
-    assert torch.allclose(r.sum(-1)[real], torch.full((int(real.sum()),), 8.0, dtype=torch.float64), atol=1e-12)
-    dropped = run(model, "attn_rollout", ids, mask, dec, dmask, params={"discard_threshold": 0.9})
-    assert (dropped.scores.sum(-1) < 8.0 - 1e-6).all()
 
 
 # ------------------------------------------------------------------------------------------------- 4. AtMan
