@@ -26,6 +26,11 @@ Definitions (paper section 4.2; ``n`` = valid tokens of the row, ``E`` = its evi
 * **PTA** (:func:`per_token_accuracy`): the share of valid tokens classified right by the sign of their score,
   ``mean_valid [(s > 0) == evidence]`` (evidence should be strictly positive, the rest zero or negative). For
   scores that are positive everywhere it is the evidence share ``|E| / n``.
+* **IoU** (:func:`positive_iou`; the AttnLRP paper's SQuAD v2 plausibility, its section 4.1, not the
+  decomposition paper's): ``|P ∩ E| / |P ∪ E|`` with ``P`` the valid tokens scoring > 0; rows ``iou`` with the
+  evaluation mask as variant (``default`` = the context), table number the plain sample mean in [0, 1] as the
+  AttnLRP paper prints it. The segmentation mIoU (metrics/segmentation.py) is another quantity: pixel counts pooled
+  over images, background and foreground averaged.
 
 Ties (PG and MRR only; ``ties=``):
 
@@ -84,7 +89,7 @@ from .registry import MetricSource, MetricSpec, register_metric, sample_mean
 
 __all__ = ["TIES", "EVALUATION_MASKS", "CORRECTED_TIES_SUFFIX", "EVIDENCE_METRICS", "TIED_TOKEN_SHARE",
            "pointing_game", "mrr", "relevance_mass_accuracy", "per_token_accuracy", "tied_token_share",
-           "tie_variant", "evidence_rows", "percent_mean"]
+           "tie_variant", "evidence_rows", "percent_mean", "positive_iou", "IOU_METRIC"]
 
 #: the tie rules of PG and MRR (module docstring)
 TIES: tuple[str, ...] = ("official", "corrected")
@@ -95,6 +100,8 @@ CORRECTED_TIES_SUFFIX = "_corrected_ties"
 #: the table metrics of the paper's Table 1, in its column order
 EVIDENCE_METRICS: tuple[str, ...] = ("pg", "mrr", "rma", "pta")
 TIED_TOKEN_SHARE = "tied_token_share"
+#: the AttnLRP paper's plausibility metric on SQuAD v2 (:func:`positive_iou`)
+IOU_METRIC = "iou"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -247,6 +254,21 @@ def per_token_accuracy(scores, evidence, valid) -> torch.Tensor:
     return _nan_where_nonfinite(out, finite)
 
 
+def positive_iou(scores, evidence, valid) -> torch.Tensor:
+    """Intersection over union of the positively attributed tokens and the evidence per sample, float64 ``[B]``
+    in [0, 1] (the AttnLRP paper's plausibility metric, its section 4.1: "the Intersection over Union (IoU)
+    between the positive attribution values and the ground truth mask"; docs/evaluation.md "IoU"):
+    ``|P ∩ E| / |P ∪ E|`` over the valid tokens, ``P = {s > 0}`` (strictly positive: a score of exactly 0 is not
+    an attribution). 0 when both sets are empty. The same set ``P`` as :func:`per_token_accuracy`'s, which
+    counts the tokens this ratio leaves out (the true negatives) too."""
+    s, v, e, finite = _prepare(scores, valid, evidence)
+    positive = v & (s > 0)
+    inter = (positive & e).sum(dim=1).to(torch.float64)
+    union = (positive | e).sum(dim=1).to(torch.float64)
+    out = torch.where(union > 0, inter / union.clamp(min=1.0), torch.zeros_like(union))
+    return _nan_where_nonfinite(out, finite)
+
+
 def tied_token_share(scores, valid) -> torch.Tensor:
     """Share of the valid tokens whose score equals the score of another valid token (tie groups of size >= 2) per
     sample, float64 ``[B]`` in [0, 1]: what the tie rules of :func:`pointing_game` and :func:`mrr` can touch.
@@ -314,6 +336,10 @@ for _name, _description, _ties in (
     register_metric(MetricSpec(_name, True, _CONVENTION + (_TIES_NOTE if _ties else ""),
                                _description + " (decomposition-attribution paper section 4.2)", "4.2", "%",
                                _variants(_ties), (MetricSource((_name,)),), percent_mean))
+register_metric(MetricSpec(IOU_METRIC, True, "sample mean of the per-sample IoU in [0, 1] (the paper's scale)",
+                           "IoU of the positively attributed tokens with the answer span, correctly answered "
+                           "questions only (AttnLRP paper section 4.1)", "4.1", "", EVALUATION_MASKS,
+                           (MetricSource((IOU_METRIC,)),), sample_mean))
 register_metric(MetricSpec(TIED_TOKEN_SHARE, None, _CONVENTION,
                            "share of evaluated tokens whose score ties with another evaluated token (what the tie "
                            "rules of pg and mrr can change), per evaluation mask", "4.2", "%", EVALUATION_MASKS,
