@@ -30,12 +30,24 @@ dropped, ``evidence_mismatch``). The paper gives no prompt, foil or correctness 
 
 ``sample_id`` = ``qa-{SQuAD id}``; ``meta``: ``title``, ``answer`` (the full first answer), ``foil_id`` (the question
 whose answer gave the foil), ``split``, ``source``, ``evidence_source = "file:answer_start"``.
+
+**The AttnLRP protocol's samples** (:func:`load_squad_attnlrp`, ``task.dataset=squad``; the task ``squad_attnlrp``,
+AttnLRP paper appendix B.1: "4000 randomly selected validation dataset samples (fixed set for all baselines)"):
+every answerable question, in the order of a seeded permutation (``numpy.random.default_rng(seed).permutation``
+over the answerable questions in file order, ``seed`` = ``task.options.seed``, recorded with the task in the
+manifest), so the first ``pool_size`` form a uniform random sample and any prefix is itself one. Each becomes an
+:class:`~palrp_bench.data.evidence_common.EvidenceSample` with evidence = the first answer's span (a span whose
+text is not the answer is dropped, ``evidence_mismatch``), ``target`` = the answer's first word, no foil (the
+protocol explains the model's own first answer token); ``meta["answers"]`` every annotated answer (correctness,
+evaluation/tasks/seq2seq_qa.py), ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import BadInputError
 from .evidence_common import (EVIDENCE_JSONL_FIELDS, Dropped, EvidencePool, EvidenceSample, check_limit,
@@ -50,8 +62,11 @@ OFFICIAL_FILES: dict[str, str] = {"train": "train-v2.0.json", "validation": "dev
 #: Fields of a flat row.
 SQUAD_COLUMNS: tuple[str, ...] = ("id", "title", "context", "question", "answers")
 DEFAULT_SPLIT = "validation"
+#: the seed of the AttnLRP protocol's random order of the answerable questions (:func:`load_squad_attnlrp`)
+ATTNLRP_ORDER_SEED = 0
 
-__all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "OFFICIAL_FILES"]
+__all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "load_squad_attnlrp", "OFFICIAL_FILES",
+           "ATTNLRP_ORDER_SEED"]
 
 
 def _how_to_get(split: str) -> str:
@@ -145,6 +160,11 @@ def paragraph_foils(first_words: Sequence[str]) -> list[int | None]:
     return out
 
 
+def _span_holds_answer(context: str, answer: str, start: int) -> bool:
+    """The first answer's text is where ``answer_start`` says (else the sample is dropped, ``evidence_mismatch``)."""
+    return bool(answer.strip()) and context[start:start + len(answer)] == answer
+
+
 def _paragraphs(rows: Iterable[dict]) -> Iterator[list[dict]]:
     """Consecutive rows with the same title and context (one paragraph of the official file)."""
     block: list[dict] = []
@@ -165,7 +185,7 @@ def _qa_candidates(rows: Iterable[dict], split: str, source: str) -> Iterator[Ev
         for row, (texts, starts), word, foil in zip(block, answers, words, foils):
             sample_id = f"qa-{row['id']}"
             context, answer, start = str(row["context"]), texts[0], starts[0]
-            if context[start:start + len(answer)] != answer:
+            if not _span_holds_answer(context, answer, start):
                 yield Dropped(sample_id, "evidence_mismatch")
                 continue
             meta = {"source": source, "evidence_source": "file:answer_start", "split": split,
@@ -200,3 +220,43 @@ def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
     check_options(options, ("split",), "qa")
     return load_qa(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit)
+
+
+def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None,
+                       seed: int = ATTNLRP_ORDER_SEED) -> EvidencePool:
+    """The first ``limit`` answerable questions of SQuAD v2 ``split`` in the seeded random order of the AttnLRP
+    protocol (module docstring), drops counted."""
+    check_limit(limit)
+    if split not in OFFICIAL_FILES:
+        raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    rows, source = _squad_rows(path, split)
+    kept: list[EvidenceSample] = []
+    dropped: dict[str, int] = {}
+    for row in rows:
+        texts, starts = squad_answers(row)
+        if not texts:
+            continue
+        context, answer, start = str(row["context"]), texts[0], starts[0]
+        if not _span_holds_answer(context, answer, start):
+            dropped["evidence_mismatch"] = dropped.get("evidence_mismatch", 0) + 1
+            continue
+        kept.append(EvidenceSample(
+            sample_id=f"squad-{row['id']}", task="qa", target=first_word(answer) or answer, foil="",
+            evidence=((start, start + len(answer)),), context=context, question=str(row["question"]),
+            meta={"source": source, "evidence_source": "file:answer_start", "split": split,
+                  "title": str(row.get("title") or ""), "answer": answer, "answers": texts,
+                  "order_seed": int(seed)}))
+    order = np.random.default_rng(int(seed)).permutation(len(kept))
+    chosen = [kept[int(i)] for i in order[:limit]]
+    return EvidencePool(chosen, dropped, source)
+
+
+@register_dataset("squad")
+def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
+    """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``) and ``seed`` (the
+    random order, default :data:`ATTNLRP_ORDER_SEED`)."""
+    check_options(options, ("split", "seed"), "squad")
+    return load_squad_attnlrp(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit,
+                              seed=options.get("seed", ATTNLRP_ORDER_SEED))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -15,7 +16,7 @@ from palrp_bench.data.evidence_common import (DROP_REASONS, Dropped, EvidencePoo
                                               save_evidence_jsonl, tokens_overlapping, word_span)
 from palrp_bench.data.ra import load_ra, split_minimal_pair
 from palrp_bench.data.registry import DATASETS, load_dataset
-from palrp_bench.data.squad import iter_squad, load_qa, paragraph_foils
+from palrp_bench.data.squad import iter_squad, load_qa, load_squad_attnlrp, paragraph_foils
 from palrp_bench.data.sva import load_sva, other_number
 from palrp_bench.errors import BadInputError, MissingDataError
 
@@ -439,7 +440,7 @@ def test_span_logic_on_a_real_spacy_doc():
 
 
 def test_every_evidence_dataset_is_registered():
-    assert {"sva", "ra", "qa", "synthetic_sva", "synthetic_ra", "synthetic_qa"} <= set(DATASETS.names())
+    assert {"sva", "ra", "qa", "squad", "synthetic_sva", "synthetic_ra", "synthetic_qa"} <= set(DATASETS.names())
 
 
 def test_fixture_folder_is_complete():
@@ -448,3 +449,32 @@ def test_fixture_folder_is_complete():
                      "blimp/anaphor_number_agreement/train-00000-of-00001.parquet",
                      "blimp_with_targets/anaphor_number_agreement.csv", "dev-v2.0.json", "lgd_dataset.tsv",
                      "squad_v2/validation-00000-of-00001.parquet"]
+
+
+# ------------------------------------------------------------------------------------------------ squad (AttnLRP)
+def test_squad_attnlrp_order_is_a_seeded_permutation_of_the_answerable_questions():
+    nested = load_squad_attnlrp(SQUAD_JSON)
+    flat = load_dataset("squad", path=str(FIXTURES / "squad_v2"), options={"seed": 0})
+    assert [s.to_json() | {"meta": None} for s in nested] == [s.to_json() | {"meta": None} for s in flat]
+    rows = list(iter_squad(SQUAD_JSON))
+    order = np.random.default_rng(0).permutation(len(rows))
+    assert [s.sample_id for s in nested] == [f"squad-{rows[i]['id']}" for i in order]  # no foil, none dropped
+    for s in nested:
+        assert s.foil == "" and s.evidence_words == [s.meta["answer"]] and s.meta["answer"] in s.meta["answers"]
+        assert s.meta["order_seed"] == 0
+    assert [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, limit=4)] == [s.sample_id for s in nested[:4]]
+    other = [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, seed=1)]
+    assert sorted(other) == sorted(s.sample_id for s in nested) and other != [s.sample_id for s in nested]
+
+
+def test_squad_attnlrp_drops_a_misplaced_answer_and_refuses_bad_options(tmp_path):
+    data = json.loads(SQUAD_JSON.read_text())
+    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
+    path = tmp_path / "dev-v2.0.json"
+    path.write_text(json.dumps(data))
+    pool = load_squad_attnlrp(path)
+    assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 8
+    with pytest.raises(BadInputError, match="unknown option"):
+        load_dataset("squad", path=str(path), options={"n": 3})
+    with pytest.raises(BadInputError, match="seed must be"):
+        load_squad_attnlrp(path, seed=-1)
