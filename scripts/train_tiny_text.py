@@ -12,15 +12,22 @@
     own word-level tokenizer: the correct word (``are``, ``himself``, the answer) is learnt as the next token after
     the causal text; the held-out report counts, per task, the samples with logit(target) > logit(foil).
 
-All: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
+(e) ``T5ForConditionalGeneration`` (kind ``t5_squad``, config ``tiny_t5_squad``) on the synthetic qa samples
+    (task ``synthetic_squad``) with the evidence tokenizer: the encoder reads the qa prompt, the decoder answers
+    the answer word after its start token, then EOS (T5 v1.1 wiring, 2 + 2 layers, d_model 48,
+    :data:`palrp_bench.data.synthetic_text.TINY_T5_ARCH`); the held-out report counts the greedy first answer
+    tokens that are the answer word.
+
+The LLaMA models: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
 fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
 ``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
-safetensors + ``training_report.json``; ``qwen2_causal/``; ``evidence/`` with its tokenizer files).
+safetensors + ``training_report.json``; ``qwen2_causal/``; ``evidence/`` and ``t5_squad/`` with their tokenizer files).
 
     python scripts/train_tiny_text.py              # the LLaMA models (about 15 s + 40 s of CPU time, one thread)
     python scripts/train_tiny_text.py --kind cls
     python scripts/train_tiny_text.py --kind qwen2_causal
     python scripts/train_tiny_text.py --kind evidence
+    python scripts/train_tiny_text.py --kind t5_squad
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ RECIPES: dict[str, dict] = {
     "causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
     "qwen2_causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
     "evidence": {"steps": 600, "batch_size": 96, "lr": 5e-3},
+    "t5_squad": {"steps": 800, "batch_size": 64, "lr": 5e-3},
 }
 #: Causal model: weight of the auxiliary next-token loss over the whole prompt. Without it the answer loss sits
 #: at chance (ln 4) for hundreds of steps; predicting the prompt's own tokens (e.g. each option letter after its
@@ -166,6 +174,70 @@ def train_evidence(seed: int, steps: int, batch_size: int, lr: float, heldout_n:
     return model, tokenizer, report
 
 
+def _t5_batch(tokenizer, samples) -> dict:
+    """Encoder inputs (the qa prompt) and labels (the answer word, then EOS) of the tiny T5."""
+    ids, mask = se.causal_batch(tokenizer, samples)
+    labels = torch.tensor([[se.EVIDENCE_VOCAB[s.target], st.EOS_ID] for s in samples])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def t5_squad_heldout(model, tokenizer, n: int = EVIDENCE_HELDOUT["n"], seed: int = EVIDENCE_HELDOUT["seed"],
+                     split: str = EVIDENCE_HELDOUT["split"]) -> dict:
+    """Held-out synthetic qa samples whose greedy answer (first decoder token after the start token) is the answer
+    word."""
+    samples = se.make_synthetic_qa(n, seed=seed, split=split)
+    batch = _t5_batch(tokenizer, samples)
+    with torch.no_grad():
+        start = torch.full((n, 1), model.config.decoder_start_token_id)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       decoder_input_ids=start).logits[:, -1]
+    n_correct = int((logits.argmax(-1) == batch["labels"][:, 0]).sum())
+    return {"n": n, "n_correct": n_correct, "top1_accuracy": n_correct / n}
+
+
+def train_t5_squad(seed: int, steps: int, batch_size: int, lr: float, heldout_n: int = EVIDENCE_HELDOUT["n"]):
+    """Train the tiny T5 of ``synthetic_squad`` from scratch (``T5ForConditionalGeneration``, teacher-forced
+    cross-entropy of the answer word and EOS, fresh synthetic qa samples every step); returns ``(model, tokenizer,
+    report dict)``."""
+    import transformers
+
+    torch.manual_seed(seed)
+    tokenizer = se.build_evidence_tokenizer()
+    model = transformers.T5ForConditionalGeneration(st.tiny_text_config("t5_squad", vocab_size=len(se.EVIDENCE_VOCAB)))
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
+    pool = se.make_synthetic_qa(steps * batch_size, seed=seed, split="train")
+    start, cpu_start = time.perf_counter(), time.process_time()
+    model.train()
+    progress = tqdm(range(steps), desc="training tiny t5_squad", mininterval=2.0)
+    for step in progress:
+        loss = model(**_t5_batch(tokenizer, pool[step * batch_size:(step + 1) * batch_size])).loss
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimiser.step()
+        scheduler.step()
+        if step % 50 == 0:
+            progress.set_postfix(loss=f"{loss.item():.4f}")
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    model.eval()
+    report = {
+        "kind": "t5_squad",
+        "architecture": "T5ForConditionalGeneration",
+        "task": "synthetic qa (synthetic_squad): the answer word as the first decoder token, then EOS",
+        "heldout": {**EVIDENCE_HELDOUT, **t5_squad_heldout(model, tokenizer, heldout_n)},
+        "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
+                  "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP, "final_train_loss": float(loss.item()),
+                  "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+                  "threads": torch.get_num_threads()},
+        "vocab_size": len(se.EVIDENCE_VOCAB),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+    }
+    return model, tokenizer, report
+
+
 def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
     """Train one tiny model from scratch; returns ``(model, report dict)``."""
     import transformers
@@ -227,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # reproducible float summation order; the models are tiny anyway
     args.out_dir.mkdir(parents=True, exist_ok=True)
     kinds = ["cls", "causal"] if args.kind == "both" else [args.kind]
-    if any(kind != "evidence" for kind in kinds):
+    if any(kind not in ("evidence", "t5_squad") for kind in kinds):
         st.build_tiny_tokenizer().save_pretrained(str(args.out_dir / "tokenizer"))
     for kind in kinds:
         recipe = dict(RECIPES[kind])
@@ -239,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer.save_pretrained(str(folder))
             per_task = report["heldout"]["per_task"].items()
             accuracy = ", ".join(f"{task} {r['n_correct']}/{r['n']}" for task, r in per_task)
+        elif kind == "t5_squad":
+            model, tokenizer, report = train_t5_squad(args.seed, **recipe)
+            tokenizer.save_pretrained(str(folder))
+            accuracy = f"{report['heldout']['n_correct']}/{report['heldout']['n']}"
         else:
             model, report = train(kind, args.seed, **recipe)
             accuracy = f"{report['heldout_accuracy']:.4f} on {HELDOUT['n']} samples"

@@ -83,15 +83,25 @@ TINY_LLAMA_ARCH: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, nu
                                        max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-6,
                                        hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False,
                                        initializer_range=0.1)
+#: The tiny T5 (``t5_squad``): T5 v1.1 wiring (gated-GELU feed-forward, relative position bias in both stacks, no
+#: ``d_model ** -0.5`` rescale before the head: ``tie_word_embeddings=False`` is how T5Config marks v1.1, though
+#: transformers 5 ties the head to the shared embedding anyway), 2 encoder + 2 decoder layers, d_model 48, 4 heads
+#: of 12, no dropout.
+TINY_T5_ARCH: dict[str, Any] = dict(d_model=48, d_kv=12, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
+                                    relative_attention_num_buckets=16, relative_attention_max_distance=64,
+                                    feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                                    tie_word_embeddings=False, initializer_factor=1.0)
 
-ModelKind = Literal["cls", "causal", "qwen2_causal", "evidence"]
+ModelKind = Literal["cls", "causal", "qwen2_causal", "evidence", "t5_squad"]
 #: asset folder (model kind) -> (config class, model class, task) of the shipped tiny text models; ``evidence`` is
-#: the causal LLaMA of the evidence tasks with its own vocabulary and tokenizer (data/synthetic_evidence.py)
+#: the causal LLaMA of the evidence tasks with its own vocabulary and tokenizer (data/synthetic_evidence.py);
+#: ``t5_squad`` the tiny T5 of ``synthetic_squad`` (the evidence tokenizer; the answer follows the decoder start)
 TINY_TEXT_MODELS: dict[str, tuple[str, str, str]] = {
     "cls": ("LlamaConfig", "LlamaForSequenceClassification", "cls"),
     "causal": ("LlamaConfig", "LlamaForCausalLM", "mcqa"),
     "qwen2_causal": ("Qwen2Config", "Qwen2ForCausalLM", "mcqa"),
     "evidence": ("LlamaConfig", "LlamaForCausalLM", "evidence"),
+    "t5_squad": ("T5Config", "T5ForConditionalGeneration", "squad"),
 }
 
 __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "tiny_tokenizer_dir", "load_tiny_tokenizer",
@@ -252,11 +262,15 @@ def make_synthetic_mcqa(n: int, seed: int = 0, split: str = "test") -> list[Text
 
 # ----------------------------------------------------------------------------------------------- models
 def tiny_text_config(kind: ModelKind, vocab_size: int | None = None):
-    """The config of a tiny model (its family's class, :data:`TINY_TEXT_MODELS`): :data:`TINY_LLAMA_ARCH`, the
-    suite's vocabulary (or ``vocab_size`` tokens: the evidence model's own vocabulary), pad = eos."""
+    """The config of a tiny model (its family's class, :data:`TINY_TEXT_MODELS`): :data:`TINY_LLAMA_ARCH` (the T5:
+    :data:`TINY_T5_ARCH`), the suite's vocabulary (or ``vocab_size`` tokens: the evidence model's own vocabulary),
+    pad = eos."""
     import transformers
 
     _check_kind(kind)
+    if TINY_TEXT_MODELS[kind][0] == "T5Config":  # decoder start = BOS, pad = EOS, as the evidence tokenizer
+        return transformers.T5Config(vocab_size=len(VOCAB) if vocab_size is None else vocab_size, pad_token_id=PAD_ID,
+                                     eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID, **TINY_T5_ARCH)
     extra = {"num_labels": 2, "id2label": {0: "no_early_trigger", 1: "early_trigger"},
              "label2id": {"no_early_trigger": 0, "early_trigger": 1}} if kind == "cls" else {}
     config_class = getattr(transformers, TINY_TEXT_MODELS[kind][0])
@@ -274,7 +288,8 @@ def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None =
 
     ``cls``: ``LlamaForSequenceClassification`` for :func:`make_synthetic_classification`;
     ``causal`` / ``qwen2_causal``: ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for :func:`make_synthetic_mcqa`;
-    ``evidence``: ``LlamaForCausalLM`` for the synthetic evidence tasks (data/synthetic_evidence.py).
+    ``evidence``: ``LlamaForCausalLM`` for the synthetic evidence tasks (data/synthetic_evidence.py);
+    ``t5_squad``: ``T5ForConditionalGeneration`` for ``synthetic_squad`` (the synthetic qa samples).
     """
     import transformers
 

@@ -1,0 +1,60 @@
+"""The shipped tiny T5 of ``synthetic_squad`` (``tiny_t5_squad``, assets/text/t5_squad; docs/evaluation.md "The
+embedded suites"): it answers held-out synthetic qa samples it was never evaluated on with the answer word as its
+first decoder token, it is small, its config loads it offline, and a short training run is deterministic."""
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+from palrp_bench import catalog
+from palrp_bench.data import synthetic_evidence as se
+from palrp_bench.data import synthetic_text as st
+
+ROOT = Path(__file__).resolve().parents[2]
+#: A held-out set the training script never evaluated on (it used split "test", seed 0).
+FRESH_SEED = 4242
+
+
+def _train_module():
+    spec = importlib.util.spec_from_file_location("train_tiny_text", ROOT / "scripts" / "train_tiny_text.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipped_model_answers_fresh_samples_and_is_small():
+    model, tok = st.load_tiny_text_model("t5_squad"), st.load_tiny_tokenizer(kind="t5_squad")
+    assert type(model).__name__ == "T5ForConditionalGeneration" and tok.get_vocab() == se.EVIDENCE_VOCAB
+    heldout = _train_module().t5_squad_heldout(model, tok, n=200, seed=FRESH_SEED)
+    assert heldout["n_correct"] >= 180, heldout
+    report = st.load_training_report("t5_squad")
+    assert report["heldout"]["n_correct"] >= 0.9 * report["heldout"]["n"]
+    assert report["n_parameters"] == sum(p.numel() for p in model.parameters())
+    assert sum(f.stat().st_size for f in (st.ASSET_DIR / "t5_squad").iterdir()) < 1_000_000
+
+
+def test_the_model_config_loads_model_and_tokenizer_offline():
+    from omegaconf import OmegaConf
+
+    from palrp_bench.models.loading import load_model
+
+    cfg = OmegaConf.to_object(catalog.load("model", "tiny_t5_squad"))
+    loaded, tokenizer = load_model(cfg, "cpu")
+    assert loaded.config.decoder_start_token_id == st.BOS_ID and tokenizer.get_vocab() == se.EVIDENCE_VOCAB
+
+
+def test_a_short_training_run_is_deterministic():
+    train = _train_module()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = [train.train_t5_squad(seed=5, steps=3, batch_size=8, lr=5e-3, heldout_n=10) for _ in range(2)]
+    finally:
+        torch.set_num_threads(threads)
+    (m1, _, r1), (m2, _, r2) = runs
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+    assert json.dumps(r1["heldout"]) == json.dumps(r2["heldout"])
+    fresh = train.train_t5_squad(seed=6, steps=3, batch_size=8, lr=5e-3, heldout_n=4)[0].state_dict()
+    assert not all(torch.equal(s1[k], fresh[k]) for k in s1)
