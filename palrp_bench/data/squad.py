@@ -40,10 +40,16 @@ manifest), so the first ``pool_size`` form a uniform random sample and any prefi
 text is not the answer is dropped, ``evidence_mismatch``), ``target`` = the answer's first word, no foil (the
 protocol explains the model's own first answer token); ``meta["answers"]`` every annotated answer (correctness,
 evaluation/tasks/seq2seq_qa.py), ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
+
+**Exact match** (:func:`squad_exact_match`): SQuAD's official answer normalisation (``evaluate-v2.0.py``:
+lower case, punctuation removed, the articles ``a``, ``an``, ``the`` removed, whitespace collapsed), then equality
+with any of the annotated answers.
 """
 from __future__ import annotations
 
 import json
+import re
+import string
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -66,7 +72,7 @@ DEFAULT_SPLIT = "validation"
 ATTNLRP_ORDER_SEED = 0
 
 __all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "load_squad_attnlrp", "OFFICIAL_FILES",
-           "ATTNLRP_ORDER_SEED"]
+           "ATTNLRP_ORDER_SEED", "normalize_answer", "squad_exact_match"]
 
 
 def _how_to_get(split: str) -> str:
@@ -260,3 +266,16 @@ def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
     check_options(options, ("split", "seed"), "squad")
     return load_squad_attnlrp(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit,
                               seed=options.get("seed", ATTNLRP_ORDER_SEED))
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's answer normalisation (module docstring, "Exact match")."""
+    text = "".join(ch for ch in str(text).lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def squad_exact_match(prediction: str, answers: Sequence[str]) -> bool:
+    """Whether ``prediction`` equals one of ``answers`` after :func:`normalize_answer` (SQuAD's exact match)."""
+    predicted = normalize_answer(prediction)
+    return any(predicted == normalize_answer(a) for a in answers)

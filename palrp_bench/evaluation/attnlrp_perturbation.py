@@ -6,6 +6,9 @@ tokens to the baseline value. For ViTs, we used the relevances of the input pixe
 
 * language models: the real tokens of the input (BOS included, padding never), a token perturbed = its whole input
   embedding vector set to 0, relevance = the token's score;
+* encoder-decoders (Flan-T5 on SQuAD v2): only the tokens of the context (B.1: "we only perturb the tokens inside
+  the context"), each its whole encoder input embedding; the other encoder tokens and the decoder input stay as
+  they are (:func:`seq2seq_token_logit_curves`);
 * vision transformers: the pixels, a pixel perturbed = all its channels of the normalised model input set to 0 (the
   paper's zero baseline on the model input; the PA-LRP protocol blackens raw pixels instead), relevance = the signed
   pixel map (``Explanation.extras["scores_signed"]``; the ReLU'd ``scores`` would tie every negative pixel).
@@ -44,7 +47,7 @@ TEXT_PROCESS = "insertion"
 VISION_PROCESS = "flipping"
 
 __all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep", "LogitCurves", "logit_curves",
-           "token_logit_curves", "pixel_logit_curves", "area_rows"]
+           "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves", "area_rows"]
 
 
 def step_counts(n_features: int, max_steps: int | None = None) -> np.ndarray:
@@ -138,6 +141,17 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
 
 
 # --------------------------------------------------------------------------------------------------- models
+def _gated(embeds: torch.Tensor, keep: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+    """``[R, n, D]`` input embeddings of one sample ``embeds`` ``[1, n, D]`` with the features that ``keep``
+    ``[R, F]`` marks False set to 0; features = the tokens at ``positions`` ``[F]`` (None: all ``n`` tokens)."""
+    gate = keep.to(device=embeds.device, dtype=embeds.dtype)
+    if positions is not None:
+        full = torch.ones((keep.shape[0], embeds.shape[1]), device=embeds.device, dtype=embeds.dtype)
+        full[:, positions.to(embeds.device)] = gate
+        gate = full
+    return embeds * gate[:, :, None]
+
+
 def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, scores: torch.Tensor,
                        targets, *, process: str = "insertion", max_steps: int | None = None,
                        batch_size: int | None = None) -> list[LogitCurves]:
@@ -158,12 +172,55 @@ def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Ten
 
         @torch.no_grad()
         def forward(keep: torch.Tensor, embeds=embeds, target=target, n=n) -> torch.Tensor:
-            x = embeds * keep.to(device=device, dtype=embeds.dtype)[:, :, None]
+            x = _gated(embeds, keep, None)
             rows = torch.ones(keep.shape, dtype=torch.long, device=device)
             return readout(rows, torch.full((keep.shape[0],), n - 1), inputs_embeds=x)[:, target].double()
 
         curves.append(logit_curves(forward, scores[b, :n].detach().double().cpu().numpy(), process, max_steps,
                                    batch_size))
+    return curves
+
+
+def seq2seq_token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                               features: torch.Tensor, scores: torch.Tensor, targets, decoder_input_ids: torch.Tensor,
+                               *, process: str = "insertion", max_steps: int | None = None,
+                               batch_size: int | None = None) -> list[LogitCurves]:
+    """Curves of every sample of a right-padded encoder batch of a Hugging Face encoder-decoder
+    (``*ForConditionalGeneration``): features = the real encoder tokens that ``features`` ``[B, T]`` marks (the
+    context of a QA prompt), a perturbed token's encoder input embedding is zero, every other token keeps its own;
+    the logit read is ``targets`` ``[B]`` at the last position of ``decoder_input_ids`` ``[B, Td]`` (unpadded).
+    ``scores`` ``[B, T]``: the encoder tokens' relevance (only the features' is read)."""
+    ids = torch.as_tensor(input_ids).long()
+    mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask).long()
+    feats = torch.as_tensor(features).bool()
+    if tuple(feats.shape) != tuple(ids.shape):
+        raise BadInputError(f"features {tuple(feats.shape)} do not match input_ids {tuple(ids.shape)}",
+                            "pass one bool per encoder token")
+    if getattr(model, "training", False):
+        raise BadInputError("the model is in training mode", "call model.eval() before evaluating")
+    device = model.get_input_embeddings().weight.device
+    decoder = torch.as_tensor(decoder_input_ids).long()
+    curves = []
+    for b in range(ids.shape[0]):
+        check_right_padded(mask[b], b)
+        n = int(mask[b].sum())
+        positions = torch.nonzero(feats[b, :n]).flatten()
+        if positions.numel() == 0:
+            raise BadInputError(f"sample row {b} has no token to perturb", "mark its context tokens in features")
+        with torch.no_grad():
+            embeds = model.get_input_embeddings()(ids[b:b + 1, :n].to(device))  # [1, n, D]
+        target, start = int(targets[b]), decoder[b:b + 1].to(device)
+
+        @torch.no_grad()
+        def forward(keep: torch.Tensor, embeds=embeds, target=target, start=start, positions=positions) -> torch.Tensor:
+            x = _gated(embeds, keep, positions)
+            rows = torch.ones(x.shape[:2], dtype=torch.long, device=device)
+            out = model(inputs_embeds=x, attention_mask=rows, decoder_input_ids=start.expand(x.shape[0], -1),
+                        use_cache=False)
+            return out.logits[:, -1, target].double()
+
+        curves.append(logit_curves(forward, scores[b, positions].detach().double().cpu().numpy(), process,
+                                   max_steps, batch_size))
     return curves
 
 

@@ -35,7 +35,7 @@ class Method:
       signed (the Table 2 ablation "w/o multi-sink").
     * ``attributor``: :data:`LRP` or the name of an attributor of :mod:`palrp_bench.attributors`.
     * ``params``: the attributor's hyperparameters and their defaults (the keys a task may override).
-    * ``dataset_params``: per ``task.dataset`` (``imdb``, ``wikipedia``, ``imagenet``), the values the AttnLRP paper
+    * ``dataset_params``: per ``task.dataset`` (``imdb``, ``wikipedia``, ``imagenet``, ``squad``), the values the AttnLRP paper
       chose for that dataset (the captions of its Tables 5-7), applied before a task's own.
     * ``modalities``: the twin modalities the method is defined for (``tokens``, ``pixels``).
     * ``refused_model_kinds``: model kinds (``configs/model/*.yaml`` ``kind``) the method never runs on, with the
@@ -181,19 +181,20 @@ register_method(Method(
     "smoothgrad", "SmoothGrad (Captum NoiseTunnel over the gradient) on the input embeddings / pixels",
     attributor="smoothgrad", paper_row="SmoothGrad",
     params={"sigma": 0.05, "n_samples": 50, "times_input": False},
-    dataset_params={"imdb": {"sigma": 0.05}, "wikipedia": {"sigma": 0.1}, "imagenet": {"sigma": 0.01}},
-    source="Smilkov et al. 2017; AttnLRP paper Eq. 22, sigma per dataset from its Tables 5-7"))
+    dataset_params={"imdb": {"sigma": 0.05}, "wikipedia": {"sigma": 0.1}, "imagenet": {"sigma": 0.01},
+                    "squad": {"sigma": 0.1}},
+    source="Smilkov et al. 2017; AttnLRP paper Eq. 22, sigma per dataset from its Tables 5-8"))
 register_method(Method(
     "attn_rollout", "attention rollout: product of (I + head-mean attention) over layers, outliers discarded",
     attributor="attn_rollout", paper_row="AttnRoll", params={"discard_threshold": 1.0},
     dataset_params={"imdb": {"discard_threshold": 1.0}, "wikipedia": {"discard_threshold": 1.0},
-                    "imagenet": {"discard_threshold": 0.99}},
+                    "imagenet": {"discard_threshold": 0.99}, "squad": {"discard_threshold": 1.0}},
     source="Abnar and Zuidema 2020; AttnLRP paper Eq. 23 and the discard threshold dt of appendix A.1.4"))
 register_method(Method(
     "grad_attn_rollout", "gradient-weighted attention rollout: head-mean of the positive part of grad * attention",
     attributor="grad_attn_rollout", paper_row="Grad×AttnRoll", params={"discard_threshold": 1.0},
     dataset_params={"imdb": {"discard_threshold": 1.0}, "wikipedia": {"discard_threshold": 1.0},
-                    "imagenet": {"discard_threshold": 0.91}},
+                    "imagenet": {"discard_threshold": 0.91}, "squad": {"discard_threshold": 1.0}},
     source="Chefer et al. 2021a; AttnLRP paper appendix A.1.4"))
 register_method(Method(
     "grad_cam", "Grad-CAM for transformers: last attention map of the explained token weighted by its mean gradient",
@@ -204,8 +205,8 @@ register_method(Method(
     attributor="atman", paper_row="AtMan",
     params={"suppression": 1.0, "threshold": None, "score": "cross_entropy"},
     dataset_params={"imdb": {"suppression": 0.7}, "wikipedia": {"suppression": 1.0},
-                    "imagenet": {"suppression": 1.0, "threshold": 0.1}},
-    source="Deb et al. 2023; AttnLRP paper appendix A.1.5, p and t per dataset from its Tables 5-7"))
+                    "imagenet": {"suppression": 1.0, "threshold": 0.1}, "squad": {"suppression": 0.9}},
+    source="Deb et al. 2023; AttnLRP paper appendix A.1.5, p and t per dataset from its Tables 5-8"))
 
 # -- gradient baselines of "A Close Look at Decomposition-based Attributions for Transformer Language Models" -------
 register_method(Method(

@@ -1,0 +1,175 @@
+"""``kind: seq2seq_qa``: extractive question answering with an encoder-decoder under the AttnLRP paper's SQuAD v2
+protocol (its section 4.1 and appendix B.1; docs/evaluation.md "SQuAD v2 with Flan-T5"): ``squad_attnlrp``
+(Flan-T5-XL) and its embedded stand-in ``synthetic_squad`` (the tiny T5).
+
+Per sample (an :class:`~palrp_bench.data.evidence_common.EvidenceSample` of task ``qa``: ``squad`` or
+``synthetic_qa``):
+
+* encoder input: the prompt of B.1, ``"Context: {context}\\nQuestion: {question}\\nAnswer:"``
+  (:func:`~palrp_bench.data.evidence_common.render`), tokenised with the model's tokenizer (T5's appends EOS);
+  the context tokens and the answer-span tokens are read off the fast tokenizer's offsets
+  (:func:`~palrp_bench.data.evidence_common.tokens_overlapping`);
+* decoder input: the decoder start token alone; the explained output is the logit of the model's own first answer
+  token (B.5: "attributions ... on the first token of the answer"), the arg-max there, which greedy decoding
+  generates first (``palrp_bench.explain(..., decoder_input_ids=...)``, target None);
+* ``correct``: the greedy answer (up to :data:`ANSWER_MAX_TOKENS` new tokens, stopped at EOS) matches one annotated
+  answer under SQuAD's exact match (:func:`palrp_bench.data.squad.squad_exact_match`; the synthetic samples have
+  one answer, the word itself). The paper says only "We calculate attributions for accurately answered
+  questions" (section 4.1); exact match is our reading of "accurately".
+
+Metrics (``ctx.metrics``):
+
+* ``attnlrp_perturbation``: insertion curves over the context tokens only (B.1: "we only perturb the tokens
+  inside the context"), zero baseline on whole encoder token embeddings
+  (:func:`palrp_bench.evaluation.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` / ``a_lerf``
+  (variant ``insertion``) -> ``delta_a``;
+* ``iou``: on correctly answered samples only, the IoU of the context tokens with positive relevance and the
+  answer-span tokens (:func:`palrp_bench.metrics.evidence.positive_iou`, valid = the context tokens: the
+  evaluation mask ``default``), row ``iou`` (variant ``default``);
+
+and every sample gets ``correct`` (0/1). The explanation of a sample does not depend on the batch (each sample is
+explained at its real length; padding is never a feature).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ...data.evidence_common import EvidenceSample, render, tokens_overlapping
+from ...data.registry import load_dataset
+from ...data.squad import squad_exact_match
+from ...errors import BadInputError
+from ...metrics.evidence import IOU_METRIC, positive_iou
+from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
+from . import register_task
+from .base import SampleResult, nonfinite_result
+
+__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_VARIANT", "encode_qa"]
+
+#: most tokens of a generated answer (SQuAD answers are short: the longest of v2.0's validation answers has 29 words)
+ANSWER_MAX_TOKENS = 32
+#: the evaluation mask of the ``iou`` rows: the context tokens (as the evidence metrics' qa ``default``)
+IOU_VARIANT = "default"
+
+
+def encode_qa(tokenizer, sample: EvidenceSample) -> tuple[list[int], list[bool], list[bool]]:
+    """``(input_ids, context, answer)`` of one sample: the encoder ids of its B.1 prompt (special tokens the
+    tokenizer adds included) and, per token, whether it overlaps the context / the answer span."""
+    if sample.task != "qa":
+        raise BadInputError(f"sample {sample.sample_id} is a {sample.task!r} sample, not extractive qa",
+                            "use a qa dataset (squad, synthetic_qa) with task kind seq2seq_qa")
+    if not getattr(tokenizer, "is_fast", False):
+        raise BadInputError("the seq2seq_qa task needs a fast tokenizer (character offsets)",
+                            "load the model's tokenizer with use_fast=True")
+    rendered = render(sample, "causal")
+    encoded = tokenizer(rendered.text, return_offsets_mapping=True)
+    offsets = encoded["offset_mapping"]
+    return (list(encoded["input_ids"]), tokens_overlapping(offsets, [rendered.regions["context"]]),
+            tokens_overlapping(offsets, rendered.evidence))
+
+
+def _answers(sample: EvidenceSample) -> list[str]:
+    return list(sample.meta.get("answers") or [sample.meta.get("answer") or sample.target])
+
+
+def _start_id(model) -> int:
+    start = getattr(model.config, "decoder_start_token_id", None)
+    if start is None:
+        raise BadInputError(f"{type(model).__name__} has no decoder_start_token_id",
+                            "use an encoder-decoder whose config names its decoder start token")
+    return int(start)
+
+
+def _pad_id(bundle) -> int:
+    for value in (getattr(bundle.tokenizer, "pad_token_id", None), getattr(bundle.model.config, "pad_token_id", None)):
+        if value is not None:
+            return int(value)
+    return 0
+
+
+@register_task("seq2seq_qa")
+class Seq2SeqQAAdapter:
+    """Extractive QA with an encoder-decoder (module docstring)."""
+
+    model_kinds = ("seq2seq",)
+
+    def sample_length(self, sample: EvidenceSample) -> int:
+        """The prompt's length in characters (the runner batches similar lengths; tokens follow characters)."""
+        return len(sample.context) + len(sample.question)
+
+    def load_samples(self, task, bundle) -> Sequence[EvidenceSample]:
+        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
+                            tokenizer=bundle.tokenizer)
+
+    def _encoded(self, bundle, samples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Right-padded ``(input_ids, attention_mask, context, answer)`` ``[B, T]`` of a batch."""
+        rows = [encode_qa(bundle.tokenizer, s) for s in samples]
+        width = max(len(ids) for ids, _, _ in rows)
+        ids = torch.full((len(rows), width), _pad_id(bundle), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        context = torch.zeros((len(rows), width), dtype=torch.bool)
+        answer = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, (row, ctx_row, ans_row) in enumerate(rows):
+            n = len(row)
+            ids[i, :n], mask[i, :n] = torch.tensor(row), 1
+            context[i, :n], answer[i, :n] = torch.tensor(ctx_row), torch.tensor(ans_row)
+        return ids, mask, context, answer
+
+    @torch.no_grad()
+    def _answers_generated(self, bundle, ids, mask) -> list[str]:
+        """The greedy answers of a batch (module docstring, ``correct``)."""
+        out = bundle.model.generate(input_ids=ids.to(bundle.device), attention_mask=mask.to(bundle.device),
+                                    max_new_tokens=ANSWER_MAX_TOKENS, do_sample=False, num_beams=1)
+        return [str(t) for t in bundle.tokenizer.batch_decode(out.cpu(), skip_special_tokens=True)]
+
+    def correct(self, bundle, samples, ctx) -> list[bool]:
+        ids, mask, _, _ = self._encoded(bundle, samples)
+        return [squad_exact_match(a, _answers(s)) for s, a in zip(samples, self._answers_generated(bundle, ids, mask))]
+
+    def evaluate(self, bundle, samples, ctx, metrics=("attnlrp_perturbation",)) -> list[SampleResult]:
+        import palrp_bench
+
+        ids, mask, context, answer = self._encoded(bundle, samples)
+        start = torch.full((len(samples), 1), _start_id(bundle.model), dtype=torch.long)
+        rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
+                                  decoder_input_ids=start.to(bundle.device), **ctx.explain_kwargs()).to("cpu")
+        scores = torch.where(mask.bool(), rel.scores.detach().float(), torch.zeros_like(rel.scores, dtype=torch.float32))
+        generated = self._answers_generated(bundle, ids, mask)
+        correct = [squad_exact_match(a, _answers(s)) for s, a in zip(samples, generated)]
+        infos, arrays = [], []
+        for j, sample in enumerate(samples):
+            n = int(mask[j].sum())
+            infos.append({"rules": rel.rules, "aggregation": rel.aggregation,
+                          "stabilizers": rel.extras.get("stabilizers"), "logit": float(rel.logit[j]),
+                          "explained": int(rel.target[j]), "n_tokens": n, "n_context_tokens": int(context[j].sum()),
+                          "answer": generated[j], "forward_passes": int(rel.extras["forward_passes"][j])})
+            tokens = bundle.tokenizer.convert_ids_to_tokens(ids[j, :n].tolist())
+            arrays.append({"scores": scores[j, :n].numpy(), "semantic": rel.semantic[j, :n].float().numpy(),
+                           "tokens": np.asarray([str(t) for t in tokens]), "context": context[j, :n].numpy(),
+                           "answer_span": answer[j, :n].numpy(), "logit": np.asarray(float(rel.logit[j])),
+                           "explained": np.asarray(int(rel.target[j])), "rules": np.asarray(rel.rules),
+                           "aggregation": np.asarray(rel.aggregation)})
+        finite = torch.isfinite(scores).all(-1)
+        ok = [j for j in range(len(samples)) if bool(finite[j])]
+        areas = {}
+        if "attnlrp_perturbation" in metrics and ok:
+            curves = seq2seq_token_logit_curves(bundle.model, ids[ok], mask[ok], context[ok], scores[ok],
+                                                [infos[j]["explained"] for j in ok], start[ok],
+                                                process=TEXT_PROCESS, max_steps=ctx.task.perturbation_steps,
+                                                batch_size=ctx.forward_batch_size)
+            areas = dict(zip(ok, curves))
+        iou = positive_iou(scores, answer, context).tolist() if IOU_METRIC in metrics else None
+        results = []
+        for j, sample in enumerate(samples):
+            if j not in ok:
+                results.append(nonfinite_result(sample.sample_id, infos[j]))
+                continue
+            rows = area_rows(areas[j], TEXT_PROCESS) if j in areas else []
+            if iou is not None and correct[j]:
+                rows.append((IOU_METRIC, IOU_VARIANT, SCALAR, float(iou[j])))
+            rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[j])))
+            results.append(SampleResult(sample.sample_id, rows, infos[j], arrays[j]))
+        return results
