@@ -257,7 +257,7 @@ def per_token_accuracy(scores, evidence, valid) -> torch.Tensor:
 def positive_iou(scores, evidence, valid) -> torch.Tensor:
     """Intersection over union of the positively attributed tokens and the evidence per sample, float64 ``[B]``
     in [0, 1] (the AttnLRP paper's plausibility metric, its section 4.1: "the Intersection over Union (IoU)
-    between the positive attribution values and the ground truth mask"; docs/evaluation.md "IoU"):
+    between the positive attribution values and the ground truth mask"; docs/baselines.md "The Flan-T5 SQuAD v2 column"):
     ``|P ∩ E| / |P ∪ E|`` over the valid tokens, ``P = {s > 0}`` (strictly positive: a score of exactly 0 is not
     an attribution). 0 when both sets are empty. The same set ``P`` as :func:`per_token_accuracy`'s, which
     counts the tokens this ratio leaves out (the true negatives) too."""

@@ -5,6 +5,11 @@ Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
 
     units = E * r * T_e * P(T_e)  +  F * T_f * P(T_f)          P(T) = P_body + 2 * T * A * L
 
+  An encoder-decoder (``seq2seq``: Flan-T5) reads ``T`` encoder tokens and ``T_d`` decoder tokens (the decoder
+  start token: ``T_d = 1``), so each of its forwards adds ``T_d * (P_dec + 2 * T * A * L_dec)`` (the decoder
+  blocks at its own tokens, their cross-attention over the ``T`` encoder tokens) to the encoder's ``T * P(T)``
+  (``P_body``, ``L``: the encoder's blocks).
+
 * ``P_body``: parameters of the transformer blocks (what every token is multiplied with; embeddings and the
   output head, applied at one position, are left out); ``A`` = heads x head dim, ``L`` = layers (the second term
   is the attention's score and weighted-sum work as parameter equivalents).
@@ -91,6 +96,9 @@ class Architecture:
     tokens: int | None = None
     source: str = ""
     pixels: int | None = None
+    #: an encoder-decoder's decoder blocks (the fields above are then its encoder's)
+    decoder_params: int = 0
+    decoder_layers: int = 0
 
 
 def _blocks(module):
@@ -115,12 +123,23 @@ def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Archite
     import transformers
 
     fields = json.loads(config_json)
+    untied = fields.get("tie_word_embeddings") is False  # what the checkpoint's config.json declares
     config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     cls = getattr(transformers, AUTO_CLASSES.get(kind, "AutoModel"))
     with torch.device("meta"):
         model = cls.from_config(config)
-    blocks = _blocks(model)
     hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
+    params = sum(p.numel() for p in model.parameters())
+    if getattr(config, "is_encoder_decoder", False):
+        encoder, decoder = _blocks(model.get_encoder()), _blocks(model.get_decoder())
+        if untied:  # T5 v1.1 / Flan-T5: transformers 5 builds every T5 head tied, but these checkpoints hold their own
+            params += model.get_output_embeddings().weight.numel()
+        width = heads * int(getattr(config, "d_kv", None) or hidden // heads)
+        return Architecture("seq2seq", params, sum(p.numel() for p in encoder.parameters()),
+                            _linear_params(encoder) + _linear_params(decoder), len(encoder), hidden,
+                            int(getattr(config, "d_ff", None) or 4 * hidden), heads, width, None, source,
+                            decoder_params=sum(p.numel() for p in decoder.parameters()), decoder_layers=len(decoder))
+    blocks = _blocks(model)
     head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
     ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None)
               or getattr(config, "n_inner", None) or 4 * hidden)
@@ -133,7 +152,8 @@ def hf_architecture(config: dict, kind: str, source: str = "") -> Architecture:
     """The :class:`Architecture` of a Hugging Face model from its ``config.json`` fields and ``model.kind``: the
     library's own class instantiated on the meta device (no memory, no weights), so every family transformers
     knows is counted exactly (equals ``model.num_parameters()``, tested). The body is the model's largest
-    ``ModuleList`` (its transformer blocks)."""
+    ``ModuleList`` (its transformer blocks); an encoder-decoder's is its encoder's, its decoder's blocks are
+    ``decoder_params`` / ``decoder_layers`` (family ``seq2seq``)."""
     return _hf_architecture_cached(json.dumps(config, sort_keys=True), kind, source)
 
 
@@ -232,6 +252,8 @@ class Work:
     explain_forwards: float = 1.0
     #: the method's attributor (:data:`palrp_bench.methods.registry.PASSES`): ALTI's memory has its own formula
     attributor: str = "lrp"
+    #: decoder tokens of every forward of an encoder-decoder (0 for the others)
+    decoder_tokens: float = 0.0
 
 
 def typical_tokens(task, constants: "CostConstants") -> float | None:
@@ -315,6 +337,15 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
         patches = round(tokens) - 1 if tokens else 0
         return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
                     explanation_forwards(cell, arch, constants, patches), attributor)
+    if kind == "seq2seq_qa":
+        real = typical_tokens(cell.task, constants)
+        if real is None:
+            return None
+        context = float(constants.tokens.get(f"{cell.task.dataset}/context", real))
+        # the greedy answer (correctness) costs about one more forward
+        forwards = 1.0 + (_attnlrp_forwards(context, steps) if "attnlrp_perturbation" in metrics else 0.0)
+        return Work(1, real, forwards, real, explanation_forwards(cell, arch, constants, round(context)), attributor,
+                    decoder_tokens=1.0)
     return Work(0, 0.0, 0, 0.0)
 
 
@@ -322,15 +353,21 @@ def _per_token(arch: Architecture, tokens: float) -> float:
     return arch.body_params + 2.0 * tokens * arch.attention_width * arch.layers
 
 
+def _forward_work(arch: Architecture, tokens: float, decoder_tokens: float = 0.0) -> float:
+    """Parameter-tokens of one forward over ``tokens`` (encoder) tokens and ``decoder_tokens`` decoder tokens."""
+    decoder = decoder_tokens * (arch.decoder_params + 2.0 * tokens * arch.attention_width * arch.decoder_layers)
+    return tokens * _per_token(arch, tokens) + decoder
+
+
 def work_units(arch: Architecture, work: Work) -> float:
     """Units (10^9 parameter-tokens) of one sample (module docstring)."""
-    return (work.explanations * work.explain_forwards * work.explain_tokens * _per_token(arch, work.explain_tokens)
-            + work.forwards * work.forward_tokens * _per_token(arch, work.forward_tokens)) / GIGA
+    return (work.explanations * work.explain_forwards * _forward_work(arch, work.explain_tokens, work.decoder_tokens)
+            + work.forwards * _forward_work(arch, work.forward_tokens, work.decoder_tokens)) / GIGA
 
 
-def forward_units(arch: Architecture, tokens: float) -> float:
+def forward_units(arch: Architecture, tokens: float, decoder_tokens: float = 0.0) -> float:
     """Units of one plain forward over ``tokens`` tokens (a selection candidate)."""
-    return tokens * _per_token(arch, tokens) / GIGA
+    return _forward_work(arch, tokens, decoder_tokens) / GIGA
 
 
 # --------------------------------------------------------------------------------------------- constants
@@ -645,5 +682,6 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
                   else batch_seconds(profile, work.explanations, units, batch_size, batch_size) / batch_size)
     return replace(base, seconds=seconds, per_sample=per_sample,
                    load_seconds=profile.load_s_per_gparam * arch.params / GIGA,
-                   select_per_candidate=profile.seconds_per_unit * forward_units(arch, work.forward_tokens),
+                   select_per_candidate=profile.seconds_per_unit * forward_units(arch, work.forward_tokens,
+                                                                                 work.decoder_tokens),
                    origin=profile.origin, units_per_sample=units)

@@ -362,8 +362,32 @@ def _imagenet_seg_checks(task, found: Preflight, fix: _Overrides) -> None:
                   "(evaluates the entries it has)")
 
 
+#: where the official SQuAD v2 files are published
+SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
+
+
+def _squad_checks(task, found: Preflight, fix: _Overrides) -> None:
+    """A readable SQuAD v2 split (nested JSON or the hub's flat rows) with at least ``pool_size`` answerable
+    questions (the AttnLRP protocol draws its random sample from them)."""
+    from ..data.squad import OFFICIAL_FILES, load_squad_attnlrp
+
+    split = str(task.options.get("split", "validation"))
+    path_fix = (fix("task", task.name, f"task.path=<{OFFICIAL_FILES.get(split, 'dev-v2.0.json')} or a folder "
+                                       f"holding it or squad_v2/{split}-*.parquet>")
+                + f" (download {SQUAD_URL}{OFFICIAL_FILES.get(split, 'dev-v2.0.json')})")
+    try:
+        pool = load_squad_attnlrp(task.path, split=split, seed=task.options.get("seed", 0))
+    except (MissingDataError, BadInputError) as err:
+        found.add(f"SQuAD v2 file {task.path} ({task.name}): {err.problem}", path_fix)
+        return
+    if task.pool_size is not None and len(pool) < task.pool_size:
+        found.add(f"{task.path} holds {len(pool):,} answerable questions, fewer than pool_size={task.pool_size:,} "
+                  f"({task.name})", f"{path_fix}, or {fix('task', task.name, f'task.pool_size={len(pool)}')}")
+
+
 #: ``task.dataset`` -> checks of its local file(s) and their expected sizes
-DATASET_CHECKS = {"imdb": _imdb_checks, "imagenet": _imagenet_checks, "imagenet_seg": _imagenet_seg_checks}
+DATASET_CHECKS = {"imdb": _imdb_checks, "imagenet": _imagenet_checks, "imagenet_seg": _imagenet_seg_checks,
+                  "squad": _squad_checks}
 
 
 def _evidence_checks(task, found: Preflight, fix: _Overrides) -> None:

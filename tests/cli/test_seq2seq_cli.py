@@ -1,11 +1,14 @@
 """The SQuAD v2 column of AttnLRP's Table 1 offline: ``palrp-bench -m model=tiny_t5_squad task=synthetic_squad
 method=...`` runs the shipped tiny T5 and reports delta_a and iou with intervals for every method that explains
-T5 (docs/evaluation.md "SQuAD v2 with Flan-T5"). ``tiny_t5`` (random weights, the suite's shared vocabulary) cannot
-answer the synthetic questions, so the trained ``tiny_t5_squad`` runs here."""
+T5 (docs/baselines.md "The Flan-T5 SQuAD v2 column"). ``tiny_t5`` (random weights, the suite's shared vocabulary)
+cannot answer the synthetic questions, so the trained ``tiny_t5_squad`` runs here. The plan of the paper's Table 1
+lists the Flan-T5 cell."""
+import re
+
 import numpy as np
 import pandas as pd
 
-from runner.harness import read_results, run_cli
+from runner.harness import NO_GPU, read_results, run_cli
 
 #: the methods of the T5 twin; atman joins once it explains encoder-decoders
 METHODS = ("attnlrp", "pa_lrp", "grad_x_input")
@@ -28,3 +31,26 @@ def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
     assert set(df.task) == {"synthetic_squad"} and (df[df.metric == "correct"].groupby("method").size() == 6).all()
     for table in ("delta_a", "iou"):
         assert table in done.stdout
+
+
+def test_plan_lists_the_flan_t5_cell_with_samples_hours_and_what_is_missing(tmp_path):
+    """``mode=plan experiment=attnlrp_table1`` on a machine without the model, the data or a GPU: the Flan-T5 cell
+    (its 4000 samples of every method of the column, hours priced for an H100, peak memory) and the missing
+    SQuAD file, weights and GPU, each with its fix."""
+    done = run_cli("mode=plan", "experiment=attnlrp_table1", "runner.plan_device=h100", f"run_dir={tmp_path / 'r'}",
+                   cwd=tmp_path, env=NO_GPU)
+    out = done.stdout + done.stderr
+    rows = [line.split() for line in out.splitlines() if line.startswith("flan_t5_xl ")]
+    methods = ["grad_x_input", "integrated_gradients", "smoothgrad", "grad_cam", "attn_rollout", "grad_attn_rollout",
+               "atman", "cp_lrp", "attnlrp", "pa_lrp"]
+    assert [r[2] for r in rows] == methods, out[-3000:]
+    for r in rows:
+        assert r[1] == "squad_attnlrp" and r[3] == "4000"
+        assert r[-1] == "GB" and float(r[-2]) > 5.7  # bf16 weights of 2.85 B parameters and more
+        assert r[-3] in ("min", "h") and float(r[-4].replace(",", "")) > 0
+    listing = " ".join(line.strip() for line in out.splitlines())
+    assert "squad_attnlrp" in re.search(r"h100 time per task: ([^\n]*)", out).group(1)
+    for item in ("a CUDA GPU (for flan_t5_xl", "SQuAD v2 file data/squad_v2/dev-v2.0.json (squad_attnlrp)",
+                 "dev-v2.0.json", "hub model google/flan-t5-xl (flan_t5_xl)"):
+        assert item in listing, item
+    assert not (tmp_path / "r" / "cells").exists()

@@ -1,4 +1,4 @@
-"""The ``seq2seq_qa`` task kind (evaluation/tasks/seq2seq_qa.py; docs/evaluation.md "SQuAD v2 with Flan-T5") on the
+"""The ``seq2seq_qa`` task kind (evaluation/tasks/seq2seq_qa.py; docs/baselines.md "The Flan-T5 SQuAD v2 column") on the
 shipped tiny T5: the B.1 prompt and its context / answer token masks, the context-only zero-embedding insertion,
 the first answer token explained, rows as the metrics define them (iou only on correct answers), batch
 independence, SQuAD's exact match."""

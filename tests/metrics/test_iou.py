@@ -1,5 +1,5 @@
 """The AttnLRP paper's SQuAD v2 plausibility metric ``iou`` (palrp_bench/metrics/evidence.py, ``positive_iou``;
-docs/evaluation.md "IoU"): hand cases, the strict threshold at 0, the valid mask, non-finite rows, and the
+docs/baselines.md "The Flan-T5 SQuAD v2 column"): hand cases, the strict threshold at 0, the valid mask, non-finite rows, and the
 per-sample rows through metrics/table.py."""
 from __future__ import annotations
 

@@ -51,11 +51,15 @@ def test_other_families_are_counted_by_the_library_classes(model_type, kind, fie
 
 def test_known_architectures_are_the_public_model_sizes():
     constants = load_constants()
-    sizes = {name: hf_architecture(fields, "causal").params for name, fields in constants.architectures.items()}
-    # published parameter counts (model cards): 6.74 B, 8.03 B, 1.10 B
+    sizes = {name: hf_architecture(fields, "seq2seq" if fields["model_type"] == "t5" else "causal").params
+             for name, fields in constants.architectures.items()}
+    # published parameter counts (model cards): 6.74 B, 8.03 B, 1.10 B; Flan-T5-XL 2.85 B and -base 248 M
+    # (num_parameters() of the checkpoints: shared embedding, encoder, decoder and their own output head)
     assert sizes["meta-llama/Llama-2-7b-hf"] == 6_738_415_616
     assert sizes["meta-llama/Llama-3.1-8B-Instruct"] == 8_030_261_248
     assert sizes["TinyLlama/TinyLlama-1.1B-Chat-v1.0"] == 1_100_048_384
+    assert sizes["google/flan-t5-xl"] == 2_849_757_184
+    assert sizes["google/flan-t5-base"] == 247_577_856
 
 
 def test_vit_architectures_equal_the_timm_models():
@@ -257,3 +261,28 @@ def test_typical_tokens_are_capped_at_max_length(tmp_path):
     assert work.explain_forwards == load_constants().explain_cost["decoder/none"]
     assert work_units(Architecture("decoder", body_params=10, layers=1, attention_width=0), work) \
         == pytest.approx((work.explain_forwards * 128 * 10 + NLP_FORWARDS * 128 * 10) / 1e9)
+
+
+def test_an_encoder_decoder_is_priced_by_its_encoder_and_decoder_blocks():
+    """The tiny T5's architecture splits its blocks (tied head: the checkpoint holds none of its own); the work of
+    a seq2seq_qa sample is the explanation and the context-only insertion curves, each forward adding the decoder
+    at one token with its cross-attention over the encoder tokens."""
+    from palrp_bench.data.synthetic_text import load_tiny_text_model
+    from palrp_bench.planning.cost import forward_units, sample_work, work_units
+
+    model = load_tiny_text_model("t5_squad")
+    arch = architecture_of(catalog.load("model", "tiny_t5_squad"))
+    assert arch.family == "seq2seq" and arch.params == sum(p.numel() for p in model.parameters())
+    assert arch.body_params == sum(p.numel() for p in model.encoder.block.parameters())
+    assert arch.decoder_params == sum(p.numel() for p in model.decoder.block.parameters())
+    assert (arch.layers, arch.decoder_layers, arch.attention_width) == (2, 2, 48)
+    constants = load_constants()
+    cell = SimpleNamespace(model=catalog.load("model", "tiny_t5_squad"), task=catalog.load("task", "synthetic_squad"),
+                           method="pa_lrp", metrics=("attnlrp_perturbation", "iou"))
+    work = sample_work(cell, arch, constants)
+    tokens, context = constants.tokens["synthetic_qa"], constants.tokens["synthetic_qa/context"]
+    assert (work.explanations, work.explain_tokens, work.decoder_tokens) == (1, tokens, 1.0)
+    assert work.forwards == 1 + 2 * context
+    one = (tokens * (arch.body_params + 2 * tokens * 48 * 2) + arch.decoder_params + 2 * tokens * 48 * 2) / 1e9
+    assert forward_units(arch, tokens, 1.0) == pytest.approx(one, rel=1e-12)
+    assert work_units(arch, work) == pytest.approx((work.explain_forwards + work.forwards) * one, rel=1e-12)

@@ -10,8 +10,8 @@ from pathlib import Path
 from runner.harness import REPO
 
 PAPER_FILES = {"table1", "table2", "table3", "table4", "table5", "appendix_f", "attnlrp_table1", "evidence_table1"}
-#: the tables those files hold (attnlrp_table1.csv also holds the AttnLRP paper's appendix Tables 5-7)
-PAPER_TABLES = PAPER_FILES | {"attnlrp_table5", "attnlrp_table6", "attnlrp_table7"}
+#: the tables those files hold (attnlrp_table1.csv also holds the AttnLRP paper's appendix Tables 5-8)
+PAPER_TABLES = PAPER_FILES | {"attnlrp_table5", "attnlrp_table6", "attnlrp_table7", "attnlrp_table8"}
 
 
 def test_the_wheel_holds_the_paper_tables_and_they_load_from_it(tmp_path):
@@ -48,3 +48,27 @@ def _rows_in(folder: Path) -> list[str]:
 def test_results_paper_is_the_package_copy():
     link = REPO / "results" / "paper"
     assert link.is_symlink() and link.resolve() == (REPO / "palrp_bench" / "paper").resolve()
+
+
+def test_the_flan_t5_squad_rows_attach_to_a_run():
+    """The AttnLRP paper's SQuAD v2 column: delta_a of every method of its Table 1, iou where the cell is legible,
+    the appendix Table 8 areas, matched to a run's metrics.csv rows by model, task, method, metric and variant."""
+    import pandas as pd
+
+    from palrp_bench.report.published import attach_published, load_published
+
+    published = load_published()
+    flan = published[published.model == "flan_t5_xl"]
+    methods = {"grad_x_input", "integrated_gradients", "smoothgrad", "grad_cam", "attn_rollout", "grad_attn_rollout",
+               "atman", "cp_lrp", "attnlrp"}
+    table1 = flan[flan.table == "attnlrp_table1"]
+    assert set(table1[table1.metric == "delta_a"].method) == methods
+    assert set(table1[table1.metric == "iou"].method) == methods - {"grad_x_input", "integrated_gradients",
+                                                                     "smoothgrad"}
+    assert set(flan[flan.table == "attnlrp_table8"].metric) == {"a_morf", "a_lerf"}
+    run = pd.DataFrame({"model": "flan_t5_xl", "task": "squad_attnlrp", "paper_task": "squad_attnlrp",
+                        "method": "attnlrp", "metric": ["delta_a", "iou", "a_morf"],
+                        "variant": ["insertion", "default", "insertion"], "value": [1.0, 0.5, -5.0]})
+    got = attach_published(run, published).set_index("metric")
+    assert got.loc["delta_a", "published"] == 1.76 and got.loc["iou", "published"] == 0.84
+    assert got.loc["a_morf", "published"] == -4.91 and got.loc["iou", "paper_table"] == "attnlrp_table1"

@@ -1,5 +1,5 @@
 """``kind: seq2seq_qa``: extractive question answering with an encoder-decoder under the AttnLRP paper's SQuAD v2
-protocol (its section 4.1 and appendix B.1; docs/evaluation.md "SQuAD v2 with Flan-T5"): ``squad_attnlrp``
+protocol (its section 4.1 and appendix B.1; docs/baselines.md "The Flan-T5 SQuAD v2 column"): ``squad_attnlrp``
 (Flan-T5-XL) and its embedded stand-in ``synthetic_squad`` (the tiny T5).
 
 Per sample (an :class:`~palrp_bench.data.evidence_common.EvidenceSample` of task ``qa``: ``squad`` or
