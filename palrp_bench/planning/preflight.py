@@ -372,9 +372,10 @@ def _squad_checks(task, found: Preflight, fix: _Overrides) -> None:
     from ..data.squad import OFFICIAL_FILES, load_squad_attnlrp
 
     split = str(task.options.get("split", "validation"))
-    path_fix = (fix("task", task.name, f"task.path=<{OFFICIAL_FILES.get(split, 'dev-v2.0.json')} or a folder "
-                                       f"holding it or squad_v2/{split}-*.parquet>")
-                + f" (download {SQUAD_URL}{OFFICIAL_FILES.get(split, 'dev-v2.0.json')})")
+    official = OFFICIAL_FILES.get(split, "dev-v2.0.json")
+    path_fix = (fix("task", task.name, f"task.path=<{official}>")
+                + f" (the official file, a folder holding it, or the hub's squad_v2/{split}-*.parquet; download "
+                  f"{SQUAD_URL}{official})")
     try:
         pool = load_squad_attnlrp(task.path, split=split, seed=task.options.get("seed", 0))
     except (MissingDataError, BadInputError) as err:
