@@ -77,6 +77,36 @@ def _schedule(step: int, steps: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def _fit(model, steps: int, lr: float, step_loss, desc: str) -> dict:
+    """AdamW with :func:`_schedule` and gradient clipping over ``steps`` steps of ``step_loss(step) -> loss``; the
+    model ends in eval mode. Returns the report's training figures (final loss, wall-clock and CPU seconds,
+    threads)."""
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
+    start, cpu_start = time.perf_counter(), time.process_time()
+    model.train()
+    progress = tqdm(range(steps), desc=desc, mininterval=2.0)
+    for step in progress:
+        loss = step_loss(step)
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+        optimiser.step()
+        scheduler.step()
+        if step % 50 == 0:
+            progress.set_postfix(loss=f"{loss.item():.4f}")
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    model.eval()
+    return {"final_train_loss": float(loss.item()), "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
+            "threads": torch.get_num_threads()}
+
+
+def _versions() -> dict:
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+
+
 def _batch_loss(kind: str, model, samples) -> torch.Tensor:
     """Classifier: cross-entropy of the class. Causal: cross-entropy of the answer letter at the last position
     plus :data:`LM_AUX_WEIGHT` times the next-token loss over the prompt."""
@@ -136,26 +166,15 @@ def train_evidence(seed: int, steps: int, batch_size: int, lr: float, heldout_n:
     torch.manual_seed(seed)
     tokenizer = se.build_evidence_tokenizer()
     model = transformers.LlamaForCausalLM(st.tiny_text_config("evidence", vocab_size=len(se.EVIDENCE_VOCAB)))
-    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
     per_task = batch_size // len(se.SYNTHETIC_EVIDENCE_TASKS)
     pools = [se.make_synthetic_evidence(task, steps * per_task, seed=seed, split="train")
              for task in se.SYNTHETIC_EVIDENCE_TASKS]
-    start, cpu_start = time.perf_counter(), time.process_time()
-    model.train()
-    progress = tqdm(range(steps), desc="training tiny evidence", mininterval=2.0)
-    for step in progress:
+
+    def step_loss(step: int) -> torch.Tensor:
         batch = [s for pool in pools for s in pool[step * per_task:(step + 1) * per_task]]
-        loss = _evidence_loss(model, tokenizer, batch)
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimiser.step()
-        scheduler.step()
-        if step % 50 == 0:
-            progress.set_postfix(loss=f"{loss.item():.4f}")
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    model.eval()
+        return _evidence_loss(model, tokenizer, batch)
+
+    trained = _fit(model, steps, lr, step_loss, "training tiny evidence")
     report = {
         "kind": "evidence",
         "architecture": "LlamaForCausalLM",
@@ -163,13 +182,10 @@ def train_evidence(seed: int, steps: int, batch_size: int, lr: float, heldout_n:
         "heldout": {**EVIDENCE_HELDOUT, "n": heldout_n, "per_task": evidence_heldout(model, tokenizer, heldout_n)},
         "train": {"seed": seed, "steps": steps, "batch_size": per_task * len(pools), "lr": lr,
                   "warmup_steps": WARMUP_STEPS, "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                  "lm_aux_weight": LM_AUX_WEIGHT, "final_train_loss": float(loss.item()),
-                  "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
-                  "threads": torch.get_num_threads()},
+                  "lm_aux_weight": LM_AUX_WEIGHT, **trained},
         "vocab_size": len(se.EVIDENCE_VOCAB),
         "n_parameters": sum(p.numel() for p in model.parameters()),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": _versions(),
     }
     return model, tokenizer, report
 
@@ -204,36 +220,20 @@ def train_t5_squad(seed: int, steps: int, batch_size: int, lr: float, heldout_n:
     torch.manual_seed(seed)
     tokenizer = se.build_evidence_tokenizer()
     model = transformers.T5ForConditionalGeneration(st.tiny_text_config("t5_squad", vocab_size=len(se.EVIDENCE_VOCAB)))
-    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
     pool = se.make_synthetic_qa(steps * batch_size, seed=seed, split="train")
-    start, cpu_start = time.perf_counter(), time.process_time()
-    model.train()
-    progress = tqdm(range(steps), desc="training tiny t5_squad", mininterval=2.0)
-    for step in progress:
-        loss = model(**_t5_batch(tokenizer, pool[step * batch_size:(step + 1) * batch_size])).loss
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimiser.step()
-        scheduler.step()
-        if step % 50 == 0:
-            progress.set_postfix(loss=f"{loss.item():.4f}")
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    model.eval()
+    trained = _fit(model, steps, lr,
+                   lambda step: model(**_t5_batch(tokenizer, pool[step * batch_size:(step + 1) * batch_size])).loss,
+                   "training tiny t5_squad")
     report = {
         "kind": "t5_squad",
         "architecture": "T5ForConditionalGeneration",
         "task": "synthetic qa (synthetic_squad): the answer word as the first decoder token, then EOS",
         "heldout": {**EVIDENCE_HELDOUT, **t5_squad_heldout(model, tokenizer, heldout_n)},
         "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
-                  "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP, "final_train_loss": float(loss.item()),
-                  "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1),
-                  "threads": torch.get_num_threads()},
+                  "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP, **trained},
         "vocab_size": len(se.EVIDENCE_VOCAB),
         "n_parameters": sum(p.numel() for p in model.parameters()),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": _versions(),
     }
     return model, tokenizer, report
 
@@ -247,24 +247,11 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
     model = getattr(transformers, st.TINY_TEXT_MODELS[kind][1])(config)
     is_cls = st.TINY_TEXT_MODELS[kind][2] == "cls"
     make = st.make_synthetic_classification if is_cls else st.make_synthetic_mcqa
-    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda s: _schedule(s, steps))
     # Fresh training samples every step: step k uses train samples k*B .. (k+1)*B - 1 of this seed.
     pool = make(steps * batch_size, seed=seed, split="train")
-    start, cpu_start = time.perf_counter(), time.process_time()
-    model.train()
-    progress = tqdm(range(steps), desc=f"training tiny {kind}", mininterval=2.0)
-    for step in progress:
-        loss = _batch_loss(kind, model, pool[step * batch_size:(step + 1) * batch_size])
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimiser.step()
-        scheduler.step()
-        if step % 50 == 0:
-            progress.set_postfix(loss=f"{loss.item():.4f}")
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    model.eval()
+    trained = _fit(model, steps, lr,
+                   lambda step: _batch_loss(kind, model, pool[step * batch_size:(step + 1) * batch_size]),
+                   f"training tiny {kind}")
     heldout = make(HELDOUT["n"], seed=HELDOUT["seed"], split=HELDOUT["split"])
     if is_cls:
         accuracy = st.classification_accuracy(model, heldout)
@@ -278,12 +265,9 @@ def train(kind: str, seed: int, steps: int, batch_size: int, lr: float):
         "heldout": dict(HELDOUT),
         "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
                   "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP,
-                  "lm_aux_weight": 0.0 if is_cls else LM_AUX_WEIGHT,
-                  "final_train_loss": float(loss.item()), "seconds": round(seconds, 1),
-                  "cpu_seconds": round(cpu_seconds, 1), "threads": torch.get_num_threads()},
+                  "lm_aux_weight": 0.0 if is_cls else LM_AUX_WEIGHT, **trained},
         "n_parameters": sum(p.numel() for p in model.parameters()),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": _versions(),
     }
     return model, report
 

@@ -46,8 +46,9 @@ from .vision_perturbation import model_device_dtype
 TEXT_PROCESS = "insertion"
 VISION_PROCESS = "flipping"
 
-__all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep", "LogitCurves", "logit_curves",
-           "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves", "area_rows"]
+__all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep",
+           "LogitCurves", "logit_curves", "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves",
+           "area_rows"]
 
 
 def step_counts(n_features: int, max_steps: int | None = None) -> np.ndarray:

@@ -132,14 +132,17 @@ def test_the_model_config_loads_model_and_tokenizer_offline():
     assert loaded.config.vocab_size == len(se.EVIDENCE_VOCAB) and tokenizer.get_vocab() == se.EVIDENCE_VOCAB
 
 
-def test_a_short_training_run_is_deterministic():
+@pytest.mark.parametrize("trainer, batch_size", [("train_evidence", 12), ("train_t5_squad", 8)])
+def test_a_short_training_run_is_deterministic(trainer, batch_size):
+    """The evidence LLaMA and the tiny T5 of synthetic_squad (tests/data/test_tiny_t5_squad.py)."""
     spec = importlib.util.spec_from_file_location("train_tiny_text", ROOT / "scripts" / "train_tiny_text.py")
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
+    fit = getattr(train, trainer)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        runs = [train.train_evidence(seed=5, steps=3, batch_size=12, lr=5e-3, heldout_n=20) for _ in range(2)]
+        runs = [fit(seed=5, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=20) for _ in range(2)]
     finally:
         torch.set_num_threads(threads)
     (m1, _, r1), (m2, _, r2) = runs
@@ -147,5 +150,5 @@ def test_a_short_training_run_is_deterministic():
     assert all(torch.equal(s1[k], s2[k]) for k in s1)
     assert r1["train"]["final_train_loss"] == r2["train"]["final_train_loss"]
     assert json.dumps(r1["heldout"]) == json.dumps(r2["heldout"])
-    fresh = train.train_evidence(seed=6, steps=3, batch_size=12, lr=5e-3, heldout_n=4)[0].state_dict()
+    fresh = fit(seed=6, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=4)[0].state_dict()
     assert not all(torch.equal(s1[k], fresh[k]) for k in s1)

@@ -197,12 +197,17 @@ def test_paragraph_foils_rule():
     assert paragraph_foils(["x"]) == [None] and paragraph_foils(["x", "X"]) == [None, None]
 
 
-def test_qa_mismatched_answer_start_is_dropped(tmp_path):
+def _misplaced_first_answer(tmp_path) -> Path:
+    """The SQuAD fixture with the first question's answer_start one character off."""
     data = json.loads(SQUAD_JSON.read_text())
     data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
     path = tmp_path / "dev-v2.0.json"
     path.write_text(json.dumps(data))
-    pool = load_qa(path)
+    return path
+
+
+def test_qa_mismatched_answer_start_is_dropped(tmp_path):
+    pool = load_qa(_misplaced_first_answer(tmp_path))
     assert pool.dropped == {"no_foil": 3, "evidence_mismatch": 1} and len(pool) == 5
 
 
@@ -468,10 +473,7 @@ def test_squad_attnlrp_order_is_a_seeded_permutation_of_the_answerable_questions
 
 
 def test_squad_attnlrp_drops_a_misplaced_answer_and_refuses_bad_options(tmp_path):
-    data = json.loads(SQUAD_JSON.read_text())
-    data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
-    path = tmp_path / "dev-v2.0.json"
-    path.write_text(json.dumps(data))
+    path = _misplaced_first_answer(tmp_path)
     pool = load_squad_attnlrp(path)
     assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 8
     with pytest.raises(BadInputError, match="unknown option"):

@@ -136,7 +136,8 @@ class Seq2SeqQAAdapter:
         start = torch.full((len(samples), 1), _start_id(bundle.model), dtype=torch.long)
         rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
                                   decoder_input_ids=start.to(bundle.device), **ctx.explain_kwargs()).to("cpu")
-        scores = torch.where(mask.bool(), rel.scores.detach().float(), torch.zeros_like(rel.scores, dtype=torch.float32))
+        scores = rel.scores.detach().float()
+        scores = torch.where(mask.bool(), scores, torch.zeros_like(scores))  # padding: exactly 0
         generated = self._answers_generated(bundle, ids, mask)
         correct = [squad_exact_match(a, _answers(s)) for s, a in zip(samples, generated)]
         infos, arrays = [], []
