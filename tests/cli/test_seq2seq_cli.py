@@ -31,6 +31,15 @@ def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
     assert set(df.task) == {"synthetic_squad"} and (df[df.metric == "correct"].groupby("method").size() == 6).all()
     for table in ("delta_a", "iou"):
         assert table in done.stdout
+    # the report's Table 1 shows the Flan-T5 column next to such numbers: the same rows as if from flan_t5_xl
+    from palrp_bench.report.published import load_published
+    from palrp_bench.report.tables import markdown, paper_tables
+
+    as_flan = metrics.assign(model="flan_t5_xl", task="squad_attnlrp", paper_task="squad_attnlrp")
+    (table1,) = [t for t in paper_tables(as_flan, load_published(), 0.95) if t.name == "attnlrp_table1"]
+    text = markdown(table1)
+    ours = as_flan.set_index(["method", "metric"]).loc[("attnlrp", "iou"), "value"]
+    assert "squad_attnlrp" in text and "0.840" in text and "1.760" in text and f"{ours:.3f}" in text
 
 
 def test_plan_lists_the_flan_t5_cell_with_samples_hours_and_what_is_missing(tmp_path):
