@@ -39,8 +39,9 @@ def test_attnlrp_table1_without_models_lists_what_is_missing(tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[0].startswith("palrp-bench: error: cannot run experiment attnlrp_table1"), lines
     listing = " ".join(line.strip() for line in lines[1:])  # every problem, each with its fix
-    for item in ("a CUDA GPU (for llama2_7b, llama2_7b_lm)", "hub model meta-llama/Llama-2-7b-hf",
-                 "torchvision weights", "vit_b_16-c867db91.pth", "data/imagenet (imagenet_attnlrp)"):
+    for item in ("a CUDA GPU (for flan_t5_xl, llama2_7b, llama2_7b_lm)", "hub model meta-llama/Llama-2-7b-hf",
+                 "torchvision weights", "vit_b_16-c867db91.pth", "data/imagenet (imagenet_attnlrp)",
+                 "hub model google/flan-t5-xl", "SQuAD v2 file data/squad_v2/dev-v2.0.json (squad_attnlrp)"):
         assert item in listing, item
     assert not (tmp_path / "r" / "cells").exists()
 
