@@ -1,6 +1,6 @@
 """The SQuAD v2 column of AttnLRP's Table 1 offline: ``palrp-bench -m model=tiny_t5_squad task=synthetic_squad
-method=...`` runs the shipped tiny T5 and reports delta_a and iou with intervals for every method that explains
-T5 (docs/baselines.md "The Flan-T5 SQuAD v2 column"). ``tiny_t5`` (random weights, the suite's shared vocabulary)
+method=attnlrp,pa_lrp,atman,grad_x_input`` runs the shipped tiny T5 and reports delta_a and iou with intervals
+(docs/baselines.md "The Flan-T5 SQuAD v2 column"). ``tiny_t5`` (random weights, the suite's shared vocabulary)
 cannot answer the synthetic questions, so the trained ``tiny_t5_squad`` runs here. The plan of the paper's Table 1
 lists the Flan-T5 cell."""
 import re
@@ -10,8 +10,8 @@ import pandas as pd
 
 from runner.harness import NO_GPU, read_results, run_cli
 
-#: the methods of the T5 twin; atman joins once it explains encoder-decoders
-METHODS = ("attnlrp", "pa_lrp", "grad_x_input")
+#: the methods of the issue's offline run (AtMan suppresses the token in the encoder and the cross-attention)
+METHODS = ("attnlrp", "pa_lrp", "atman", "grad_x_input")
 
 
 def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
