@@ -97,7 +97,7 @@ class ModelConfig:
     #: how the model is loaded (:data:`palrp_bench.models.loading.LOADERS`): ``hf`` (Hugging Face hub id or local
     #: folder, optional NF4), ``timm`` (timm name or local checkpoint), ``embedded_text`` / ``embedded_vit`` (the
     #: tiny models shipped with the package), ``random`` (random weights from the Hugging Face config fields in
-    #: ``options``, e.g. ``tiny_t5``), ``selftest`` (no model: the harness self-test)
+    #: ``options``, e.g. ``tiny_t5_random``), ``selftest`` (no model: the harness self-test)
     loader: str = MISSING
     kind: ModelKind = ModelKind.none
     #: hub id, timm name, local folder / checkpoint, or the embedded model's kind

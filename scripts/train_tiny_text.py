@@ -12,7 +12,7 @@
     own word-level tokenizer: the correct word (``are``, ``himself``, the answer) is learnt as the next token after
     the causal text; the held-out report counts, per task, the samples with logit(target) > logit(foil).
 
-(e) ``T5ForConditionalGeneration`` (kind ``t5_squad``, config ``tiny_t5_squad``) on the synthetic qa samples
+(e) ``T5ForConditionalGeneration`` (kind ``t5_squad``, config ``tiny_t5``) on the synthetic qa samples
     (task ``synthetic_squad``) with the evidence tokenizer: the encoder reads the qa prompt, the decoder answers
     the answer word after its start token, then EOS (T5 v1.1 wiring, 2 + 2 layers, d_model 48,
     :data:`palrp_bench.data.synthetic_text.TINY_T5_ARCH`); the held-out report counts the greedy first answer

@@ -94,7 +94,7 @@ def test_every_other_method_runs_or_refuses_in_one_line():
     from palrp_bench.errors import BadInputError
     from palrp_bench.methods.registry import METHODS
 
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     refused = []
     for method in sorted(METHODS):
@@ -113,7 +113,7 @@ def test_every_other_method_runs_or_refuses_in_one_line():
 def test_baselines_are_batch_and_padding_invariant(method):
     """Each sample alone and unpadded scores as in the padded batch; SmoothGrad draws its noise for the padded
     shape, so it is compared alone with its padding kept (batch invariance only)."""
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model, "left", "right")
     together = run(model, method, ids, mask, dec, dmask)
     for b in range(2):
@@ -132,7 +132,7 @@ def test_integrated_gradients_is_complete_and_equals_captum_on_the_library():
     T5LayerNorm epsilon is raised to 0.1, as for LLaMA's RMSNorm in test_gradient_baselines.py: with 1e-6 the
     first norm makes f jump within a ~ 1e-3 of the zero baseline, which no quadrature of tens of nodes resolves.
     Measured: 7e-7 relative with 64 Gauss-Legendre nodes (1-2% with 16), so 1e-4 leaves the quadrature room."""
-    model = make_t5("tiny_t5", torch.float64, layer_norm_epsilon=0.1)
+    model = make_t5("tiny_t5_random", torch.float64, layer_norm_epsilon=0.1)
     ids, mask, dec, dmask = batch(model)
     n = 64
     e = run(model, "integrated_gradients", ids, mask, dec, dmask, params={"n_steps": n})
@@ -155,7 +155,7 @@ def test_integrated_gradients_is_complete_and_equals_captum_on_the_library():
 
 
 def test_smoothgrad_without_noise_is_the_gradient_or_gradient_x_input():
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
     logits, _ = library(model, ids, mask, dec, dmask, embeds=embeds)
@@ -237,7 +237,7 @@ def explicit_encoder_decoder_rollout(maps, grads, mask, dmask, b):
 def test_rollouts_equal_the_encoder_decoder_rules_on_the_library_attention(enc_side, dec_side):
     """Both rollouts of a padded batch equal the explicit rules applied to the library's own encoder, decoder and
     cross-attention weights (and their autograd gradient) of each sample's real tokens."""
-    model = make_t5("tiny_t5", torch.float64, num_layers=3, num_decoder_layers=2)
+    model = make_t5("tiny_t5_random", torch.float64, num_layers=3, num_decoder_layers=2)
     ids, mask, dec, dmask = batch(model, enc_side, dec_side)
     maps, grads = library_attention(model, ids, mask, dec, dmask)
     for method, g in (("attn_rollout", None), ("grad_attn_rollout", grads)):
@@ -252,7 +252,7 @@ def test_rollout_of_one_encoder_and_one_decoder_layer_in_closed_form():
     """One layer each: ``R^ss = I + A_e`` and ``R^tt = I + A_d`` have rows of ``R - I`` summing to 1, so
     ``Rbar = R``; the causal ``A_d`` makes the explained (last) column of ``R^tt`` zero above its diagonal, so
     the scores are ``(1 + A_d[i, i]) A_c[i] (I + A_e)`` and sum to ``2 (1 + A_d[i, i])``."""
-    model = make_t5("tiny_t5", torch.float64, num_layers=1, num_decoder_layers=1)
+    model = make_t5("tiny_t5_random", torch.float64, num_layers=1, num_decoder_layers=1)
     ids, mask, dec, dmask = batch(model, "right", "right")
     maps, _ = library_attention(model, ids, mask, dec, dmask)
     e = run(model, "attn_rollout", ids, mask, dec, dmask)
@@ -277,7 +277,7 @@ def test_residual_normalisation_keeps_unmixed_rows_and_rescales_mixed_ones():
 def test_rollouts_need_the_decoder_and_discard_outliers():
     """The encoder-decoder rollout reads the decoder: another decoder input changes ``attn_rollout`` (which reads no
     logit); a discard threshold below 1 zeroes the largest entries of every map, which changes the scores."""
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     e = run(model, "attn_rollout", ids, mask, dec, dmask)
     other = dec.clone()
@@ -291,7 +291,7 @@ def test_rollouts_need_the_decoder_and_discard_outliers():
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_grad_cam_equals_the_formula_on_the_library_encoder_attention(side):
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model, side, "right")
     maps, grads = library_attention(model, ids, mask, dec, dmask)
     a, g = maps["encoder"][-1], grads["encoder"][-1]  # per encoder row r, w_hr = mean of G^h[r, k], real keys k
@@ -343,7 +343,7 @@ def test_atman_batched_equals_a_loop_of_single_library_forwards(variant, score):
 
 
 def test_atman_suppressing_nothing_changes_nothing():
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     e = run(model, "atman", ids, mask, dec, dmask, params={"suppression": 0.0, "score": "logit"})
     assert e.scores.abs().max() <= 1e-12 * float(e.logit.abs().max())
@@ -362,7 +362,7 @@ def test_atman_scales_the_column_in_every_encoder_and_cross_attention_and_nowher
     """Record every attention call's pre-softmax scores (eager) and the library projections' ``q`` and ``k`` under
     the key hook: in every encoder self-attention and cross-attention call the scores are ``Q (f * K)^T + bias``,
     in every decoder self-attention ``Q K^T + bias``; ``f`` suppresses a different token per sample."""
-    model = make_t5("tiny_t5", torch.float64, num_layers=3, num_decoder_layers=2)
+    model = make_t5("tiny_t5_random", torch.float64, num_layers=3, num_decoder_layers=2)
     ids, mask, dec, dmask = batch(model, "right", "left")
     twin = twin_for(model)
     prepared = twin.prepare(ids, mask, dec, dmask)

@@ -1,7 +1,7 @@
-"""The SQuAD v2 column of AttnLRP's Table 1 offline: ``palrp-bench -m model=tiny_t5_squad task=synthetic_squad
+"""The SQuAD v2 column of AttnLRP's Table 1 offline: ``palrp-bench -m model=tiny_t5 task=synthetic_squad
 method=attnlrp,pa_lrp,atman,grad_x_input`` runs the shipped tiny T5 and reports delta_a and iou with intervals
-(docs/baselines.md "The Flan-T5 SQuAD v2 column"). ``tiny_t5`` (random weights, the suite's shared vocabulary)
-cannot answer the synthetic questions, so the trained ``tiny_t5_squad`` runs here. The plan of the paper's Table 1
+(docs/baselines.md "The Flan-T5 SQuAD v2 column"). ``tiny_t5_random`` (random weights, the suite's shared vocabulary)
+cannot answer the synthetic questions, so the trained ``tiny_t5`` runs here. The plan of the paper's Table 1
 lists the Flan-T5 cell."""
 import re
 
@@ -16,7 +16,7 @@ METHODS = ("attnlrp", "pa_lrp", "atman", "grad_x_input")
 
 def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
     run = tmp_path / "run"
-    done = run_cli("-m", "model=tiny_t5_squad", "task=synthetic_squad", f"method={','.join(METHODS)}",
+    done = run_cli("-m", "model=tiny_t5", "task=synthetic_squad", f"method={','.join(METHODS)}",
                    "runner.max_samples=6", "runner.quiet=true", f"run_dir={run}", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = pd.read_csv(run / "metrics.csv", dtype={"variant": str})

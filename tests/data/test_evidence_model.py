@@ -134,7 +134,7 @@ def test_the_model_config_loads_model_and_tokenizer_offline():
 
 @pytest.mark.parametrize("trainer, batch_size", [("train_evidence", 12), ("train_t5_squad", 8)])
 def test_a_short_training_run_is_deterministic(trainer, batch_size):
-    """The evidence LLaMA and the tiny T5 of synthetic_squad (tests/data/test_tiny_t5_squad.py)."""
+    """The evidence LLaMA and the tiny T5 of synthetic_squad (tests/data/test_tiny_t5.py)."""
     spec = importlib.util.spec_from_file_location("train_tiny_text", ROOT / "scripts" / "train_tiny_text.py")
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)

@@ -75,7 +75,7 @@ def test_insertion_perturbs_only_the_context(t5):
 
 def test_adapter_rows_correctness_and_batch_independence(tmp_path, t5):
     model, tok = t5
-    cell = _cell(tmp_path, "model=tiny_t5_squad", "task=synthetic_squad", "method=attnlrp")
+    cell = _cell(tmp_path, "model=tiny_t5", "task=synthetic_squad", "method=attnlrp")
     bundle = ModelBundle(cell.model, model, tok, "cpu")
     adapter = task_adapter(cell.task.kind)
     samples = adapter.load_samples(cell.task, bundle)[:4]
@@ -103,7 +103,7 @@ def test_adapter_rows_correctness_and_batch_independence(tmp_path, t5):
 
 def test_iou_row_is_positive_iou_over_the_context(tmp_path, t5):
     model, tok = t5
-    cell = _cell(tmp_path, "model=tiny_t5_squad", "task=synthetic_squad", "method=grad_x_input")
+    cell = _cell(tmp_path, "model=tiny_t5", "task=synthetic_squad", "method=grad_x_input")
     bundle = ModelBundle(cell.model, model, tok, "cpu")
     adapter = task_adapter(cell.task.kind)
     sample = adapter.load_samples(cell.task, bundle)[0]

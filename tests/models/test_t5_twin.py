@@ -95,7 +95,7 @@ def test_bfloat16_with_float32_wo_follows_the_library(variant):
 
 
 def test_the_variants_differ_where_the_issue_says():
-    v11, original = twin_for(make_t5("tiny_t5")), twin_for(make_t5("tiny_t5_original"))
+    v11, original = twin_for(make_t5("tiny_t5_random")), twin_for(make_t5("tiny_t5_original"))
     assert not v11.scale_outputs and original.scale_outputs
     assert hasattr(v11.decoder.block[0].layer[-1].DenseReluDense, "wi_0")
     assert not hasattr(original.decoder.block[0].layer[-1].DenseReluDense, "wi_0")
@@ -167,7 +167,7 @@ def test_batch_and_padding_invariance(variant, method):
 
 
 def test_explain_returns_encoder_tokens_and_the_decoders_apart():
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     e = explain(model, ids, mask, decoder_input_ids=dec, decoder_attention_mask=dmask, method="pa_lrp")
     layers = (len(model.encoder.block), len(model.decoder.block))
@@ -188,7 +188,7 @@ def test_explain_returns_encoder_tokens_and_the_decoders_apart():
 def test_attnlrp_reads_no_positional_sinks_and_keeps_the_same_semantic_relevance():
     """The bias enters under the epsilon rule: making it a sink changes no other relevance, so AttnLRP (no sinks
     read: their gradient costs a [B, H, T, T] tensor per layer) and PA-LRP share the semantic part."""
-    model = make_t5("tiny_t5", torch.float64)
+    model = make_t5("tiny_t5_random", torch.float64)
     ids, mask, dec, dmask = batch(model)
     a = explain(model, ids, mask, decoder_input_ids=dec, decoder_attention_mask=dmask, method="attnlrp")
     p = explain(model, ids, mask, decoder_input_ids=dec, decoder_attention_mask=dmask, method="pa_lrp")
@@ -199,7 +199,7 @@ def test_attnlrp_reads_no_positional_sinks_and_keeps_the_same_semantic_relevance
 
 # ------------------------------------------------------------------------------------------------ 4. refusals
 def test_bad_inputs_and_options_are_refused_in_one_line():
-    model = make_t5("tiny_t5", torch.float32)
+    model = make_t5("tiny_t5_random", torch.float32)
     ids, mask, dec, dmask = batch(model)
     cases = [
         (dict(), "decoder_input_ids is required"),
@@ -227,18 +227,18 @@ def test_decoder_inputs_are_refused_for_other_models():
 
 
 def test_float16_and_other_t5_heads_are_refused():
-    model = make_t5("tiny_t5", torch.float16)
+    model = make_t5("tiny_t5_random", torch.float16)
     with pytest.raises(UnsupportedModelError, match="float16"):
         twin_for(model)
     import transformers
 
-    encoder_only = transformers.T5EncoderModel(make_t5("tiny_t5").config)
+    encoder_only = transformers.T5EncoderModel(make_t5("tiny_t5_random").config)
     with pytest.raises(UnsupportedModelError, match="no LRP twin"):
         twin_for(encoder_only)
 
 
 def test_twin_leaves_the_model_untouched():
-    model = make_t5("tiny_t5", torch.float32)
+    model = make_t5("tiny_t5_random", torch.float32)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     ids, mask, dec, dmask = batch(model)
     explain(model, ids, mask, decoder_input_ids=dec, decoder_attention_mask=dmask, method="pa_lrp")
@@ -251,7 +251,7 @@ def test_the_shipped_configs_load_offline_and_name_their_checkpoints():
     from palrp_bench import catalog
     from palrp_bench.models.loading import OFFLINE_LOADERS, load_model
 
-    for name, gated in (("tiny_t5", True), ("tiny_t5_original", False)):
+    for name, gated in (("tiny_t5_random", True), ("tiny_t5_original", False)):
         cfg = catalog.load("model", name)
         assert cfg.loader in OFFLINE_LOADERS and cfg.kind.value == "seq2seq"
         model, tokenizer = load_model(cfg, "cpu")

@@ -1,4 +1,4 @@
-"""Tiny random T5 models built from the shipped configs (``configs/model/tiny_t5.yaml``: T5 v1.1 / Flan-T5 style,
+"""Tiny random T5 models built from the shipped configs (``configs/model/tiny_t5_random.yaml``: T5 v1.1 / Flan-T5 style,
 gated GELU, untied head; ``tiny_t5_original.yaml``: ReLU, tied head with the ``d_model ** -0.5`` rescale), no
 download, with the norm gains randomised so that they are exercised (the library initialises them to 1), and a
 stand-in that makes the library's T5LayerNorm keep float64 statistics."""
@@ -11,11 +11,11 @@ from palrp_bench.models.loading import random_model
 from models.families import pad
 
 #: the two variants of the twin's tests: the shipped model config of each
-VARIANTS = ("tiny_t5", "tiny_t5_original")
+VARIANTS = ("tiny_t5_random", "tiny_t5_original")
 PAD = 2  # pad = eos = decoder start of the tiny configs (the embedded tokenizer's </s>)
 
 
-def make_t5(variant: str = "tiny_t5", dtype=torch.float64, attn: str = "sdpa", seed: int = 0, **overrides):
+def make_t5(variant: str = "tiny_t5_random", dtype=torch.float64, attn: str = "sdpa", seed: int = 0, **overrides):
     """The tiny random T5 of ``variant`` (a model config name) in eval mode, the library's attention ``attn``."""
     options = dict(catalog.load("model", variant).options)
     options.update(seed=seed, **overrides)

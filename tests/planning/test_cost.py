@@ -271,13 +271,13 @@ def test_an_encoder_decoder_is_priced_by_its_encoder_and_decoder_blocks():
     from palrp_bench.planning.cost import forward_units, sample_work, work_units
 
     model = load_tiny_text_model("t5_squad")
-    arch = architecture_of(catalog.load("model", "tiny_t5_squad"))
+    arch = architecture_of(catalog.load("model", "tiny_t5"))
     assert arch.family == "seq2seq" and arch.params == sum(p.numel() for p in model.parameters())
     assert arch.body_params == sum(p.numel() for p in model.encoder.block.parameters())
     assert arch.decoder_params == sum(p.numel() for p in model.decoder.block.parameters())
     assert (arch.layers, arch.decoder_layers, arch.attention_width) == (2, 2, 48)
     constants = load_constants()
-    cell = SimpleNamespace(model=catalog.load("model", "tiny_t5_squad"), task=catalog.load("task", "synthetic_squad"),
+    cell = SimpleNamespace(model=catalog.load("model", "tiny_t5"), task=catalog.load("task", "synthetic_squad"),
                            method="pa_lrp", metrics=("attnlrp_perturbation", "iou"))
     work = sample_work(cell, arch, constants)
     tokens, context = constants.tokens["synthetic_qa"], constants.tokens["synthetic_qa/context"]

@@ -416,7 +416,7 @@ def test_the_squad_file_is_read_and_counted_before_a_run(offline):
     """squad_attnlrp: a missing SQuAD v2 file is one problem naming the official file; a file with fewer answerable
     questions than pool_size is another, fixed by a smaller pool (the fixture holds 9)."""
     squad = FIXTURES / "fixtures_text" / "evidence" / "dev-v2.0.json"
-    cell = ("model=tiny_t5_squad", "task=squad_attnlrp", "method=pa_lrp")
+    cell = ("model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp")
     missing = [p for p in _problems(offline, *cell).problems if "SQuAD" in p.item]
     assert len(missing) == 1 and "dev-v2.0.json" in missing[0].fix, missing
     check_overrides(list(cell) + _overrides(missing[0].fix))

@@ -1,4 +1,4 @@
-"""The shipped tiny T5 of ``synthetic_squad`` (``tiny_t5_squad``, assets/text/t5_squad; docs/evaluation.md "The
+"""The shipped tiny T5 of ``synthetic_squad`` (``tiny_t5``, assets/text/t5_squad; docs/evaluation.md "The
 embedded suites"): it answers held-out synthetic qa samples it was never evaluated on with the answer word as its
 first decoder token, it is small and its config loads it offline (its short deterministic training run is tested
 with the evidence model's, tests/data/test_evidence_model.py)."""
@@ -37,7 +37,7 @@ def test_the_model_config_loads_model_and_tokenizer_offline():
 
     from palrp_bench.models.loading import load_model
 
-    cfg = OmegaConf.to_object(catalog.load("model", "tiny_t5_squad"))
+    cfg = OmegaConf.to_object(catalog.load("model", "tiny_t5"))
     loaded, tokenizer = load_model(cfg, "cpu")
     assert loaded.config.decoder_start_token_id == st.BOS_ID and tokenizer.get_vocab() == se.EVIDENCE_VOCAB
 
