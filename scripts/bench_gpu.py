@@ -264,14 +264,9 @@ def run(args, echo=print) -> Bench:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("bench_gpu: error: needs a CUDA device (torch.cuda.is_available() is False here) -- to dry-run "
-                  "it on the CPU: python scripts/bench_gpu.py --device cpu --samples 4 --targets "
-                  "deit_tiny_imagenet_seg", file=sys.stderr)
-            return 2
+    if args.device == "cuda" and rehearse.cuda_missing(
+            "bench_gpu", "python scripts/bench_gpu.py --device cpu --samples 4 --targets deit_tiny_imagenet_seg"):
+        return 2
     bench = run(args)
     print(bench.report(args.device))
     if args.json:

@@ -539,14 +539,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("gpu-check: error: needs a CUDA device (torch.cuda.is_available() is False here) -- to dry-run "
-                  "it on the CPU: make gpu-check ARGS=\"--device cpu --samples 2 --targets deit_tiny_imagenet_seg "
-                  "--skip suite,bench\"", file=sys.stderr)
-            return 2
+    if args.device == "cuda" and rehearse.cuda_missing(
+            "gpu-check", 'make gpu-check ARGS="--device cpu --samples 2 --targets deit_tiny_imagenet_seg '
+                         '--skip suite,bench"'):
+        return 2
     out = (args.out or REPO / "gpu_check" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # this check's own user cache: its calibration, batch sizes and selections neither come from nor go to the

@@ -403,6 +403,18 @@ def devices_override(device: str) -> str:
     return "[cpu]" if device == "cpu" else "[cuda:0]"
 
 
+def cuda_missing(program: str, dry_run: str) -> bool:
+    """True, after one ``<program>: error:`` line on stderr naming the CPU dry run, where no CUDA device is
+    visible: the GPU scripts' (bench_gpu.py, gpu_check.py) refusal on a machine without one."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    print(f"{program}: error: needs a CUDA device (torch.cuda.is_available() is False here) -- to dry-run it on "
+          f"the CPU: {dry_run}", file=sys.stderr)
+    return True
+
+
 @dataclass
 class Measured:
     target: str
