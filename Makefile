@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml
 # tolerance that holds only with this machine's kernels fails here instead of on a user's CPU (tolerances come from
 # float32/float64 rounding; nothing is compared bitwise against values saved on one machine).
 NUMERIC_TESTS := tests/lrp tests/methods tests/models tests/evaluation tests/metrics tests/attributors
+# pytest-xdist processes (each test runs single-threaded: tests/conftest.py); 0 runs everything in this process
+PYTEST_WORKERS ?= 2
 
 test: setup
-	$(PY) -m pytest -q tests
-	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
+	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider $(NUMERIC_TESTS)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider $(NUMERIC_TESTS)
 
 demo: setup
 	$(VENV)/bin/palrp-bench

@@ -7,7 +7,7 @@ a rehearsal of every target and the attribution bench, then one summary table.
 
 Steps, in this order (``--skip`` leaves any of them out):
 
-* ``suite``: the test suite as ``make test`` runs it: ``pytest -q tests``, then the numerics directories (the
+* ``suite``: the test suite as ``make test`` runs it, in one process: ``pytest -q tests``, then the numerics directories (the
   Makefile's ``NUMERIC_TESTS``) again under ``ATEN_CPU_CAPABILITY=avx2`` and ``=default`` (x86 only); one row
   each, counted from
   pytest's JUnit XML.

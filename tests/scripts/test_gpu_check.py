@@ -150,7 +150,8 @@ def test_the_suite_runs_as_make_test_does(monkeypatch, tmp_path):
                      ("numerics_default", gpu_check.numeric_tests(), {"ATEN_CPU_CAPABILITY": "default"})]
     makefile = (REPO / "Makefile").read_text()
     for capability in ("avx2", "default"):
-        assert f"ATEN_CPU_CAPABILITY={capability} $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)" in makefile
+        assert (f"ATEN_CPU_CAPABILITY={capability} $(PY) -m pytest -q -n $(PYTEST_WORKERS) -p no:cacheprovider "
+                "$(NUMERIC_TESTS)") in makefile
     assert gpu_check.numeric_tests() and all((REPO / p).is_dir() for p in gpu_check.numeric_tests())
     monkeypatch.setattr(gpu_check.platform, "machine", lambda: "aarch64")
     rows = list(gpu_check.suite_step(check))
