@@ -26,3 +26,17 @@ class BadInputError(PalrpError, ValueError):
 
 class MissingDataError(PalrpError, FileNotFoundError):
     """A dataset or checkpoint file is missing or cannot be read."""
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` says the device ran out of memory (CUDA's own error, or the message torch / bitsandbytes
+    put in a ``RuntimeError``): what automatic batch sizes (runner/batching.py) and perturbation forward chunks
+    (evaluation/attnlrp_perturbation.py) recover from by halving."""
+    try:
+        import torch
+
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()

@@ -31,16 +31,19 @@ Areas: :func:`palrp_bench.metrics.delta_a.curve_area`.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..errors import BadInputError
+from ..errors import BadInputError, is_out_of_memory
 from ..metrics.delta_a import PROCESSES, curve_area
 from ..rundir import SCALAR
 from .nlp_perturbation import TextReadout, check_right_padded
 from .vision_perturbation import model_device_dtype
+
+log = logging.getLogger(__name__)
 
 #: the process the AttnLRP paper reports for language models (its Tables 6-8) and for the ViT (its Table 5)
 TEXT_PROCESS = "insertion"
@@ -117,7 +120,9 @@ class LogitCurves:
 
 def logit_curves(forward, scores, process: str, max_steps: int | None, batch_size: int | None) -> LogitCurves:
     """Curves of one sample: ``forward(keep [R, N] bool) -> [R]`` explained logits of the inputs keeping the
-    ``True`` features, ``scores`` ``[N]`` the features' relevance (module docstring)."""
+    ``True`` features, ``scores`` ``[N]`` the features' relevance (module docstring). The rows go to ``forward``
+    ``batch_size`` at a time; a chunk the device has no memory for is retried in halves (logged), down to one row,
+    so the longest inputs of a task (SQuAD v2's 4060 encoder tokens) do not stop a run sized for its mean."""
     scores = np.asarray(scores, dtype=np.float64)
     if not np.isfinite(scores).all():
         raise BadInputError("relevance scores contain NaN or inf", "check the explainer output before the protocol")
@@ -129,12 +134,24 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
     # perturbed); each chunk of rows is built only when it is evaluated
     rows = [("morf", k) for k in range(counts.size)] + [("lerf", k) for k in range(1, counts.size - 1)]
     chunk = batch_size or len(rows)
-    values = []
-    for start in range(0, len(rows), chunk):
+    values, start = [], 0
+    while start < len(rows):
         part = rows[start:start + chunk]
         keep = torch.cat([_keep(ranks[name], counts[[k for n, k in part if n == name]], process)
                           for name in ("morf", "lerf") if any(n == name for n, _ in part)])
-        values.append(forward(keep).double().cpu())
+        try:
+            values.append(forward(keep).double().cpu())
+        except Exception as err:  # noqa: BLE001 - only out-of-memory is handled, everything else re-raised
+            if len(part) == 1 or not is_out_of_memory(err):
+                raise
+            del keep
+            chunk = max(1, len(part) // 2)
+            log.warning("out of memory in a perturbation forward of %d rows: retrying %d rows at a time",
+                        len(part), chunk)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            continue
+        start += len(part)
     values = torch.cat(values).numpy()
     morf = values[:counts.size]
     lerf = np.concatenate([morf[:1], values[counts.size:], morf[-1:]])

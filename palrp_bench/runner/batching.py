@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
-from ..errors import BadInputError
+from ..errors import BadInputError, is_out_of_memory
 from .user_cache import digest, model_fingerprint, user_cache_dir
 
 log = logging.getLogger("palrp_bench.runner")
@@ -43,19 +43,6 @@ def check_batch_size(value, name: str = "runner.batch_size") -> int | str:
         raise BadInputError(f"{name} must be a positive integer or 'auto', got {value!r}",
                             f"set {name}=8 (or another positive integer) or {name}=auto")
     return int(value)
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` says the device ran out of memory (CUDA's own error, or the message torch / bitsandbytes
-    put in a ``RuntimeError``)."""
-    try:
-        import torch
-
-        if isinstance(err, torch.cuda.OutOfMemoryError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
 
 
 def length_sorted(samples: list, adapter) -> list:

@@ -7,8 +7,8 @@ import torch
 from models.test_vit_twin import images, make_vit
 from models.tiny_llama import make_llama, random_ids
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.attnlrp_perturbation import (feature_order, perturbed_keep, pixel_logit_curves,
-                                                         step_counts, token_logit_curves)
+from palrp_bench.evaluation.attnlrp_perturbation import (feature_order, logit_curves, perturbed_keep,
+                                                         pixel_logit_curves, step_counts, token_logit_curves)
 from palrp_bench.metrics.delta_a import curve_area
 
 
@@ -87,6 +87,33 @@ def test_token_curves_against_a_hand_loop_on_the_library_model(kind):
                 expected.append(float(logits[targets[b]]))
             np.testing.assert_allclose(getattr(c, name), expected, rtol=1e-9, atol=1e-9)
         assert c.fractions.tolist() == [k / n for k in range(n + 1)]
+
+
+def test_a_chunk_out_of_memory_is_retried_in_halves(caplog):
+    """A device with memory for 3 rows: the 64-row chunks are retried 32, 16, 8, 4, 2 at a time (one warning each),
+    the curves equal those of one unchunked call (to float64 rounding); other errors, and a single row out of memory, go to the caller."""
+    rng = np.random.default_rng(0)
+    scores, weights = rng.normal(size=40), torch.as_tensor(rng.normal(size=40))
+    sizes = []
+
+    def forward(keep, limit=None):
+        sizes.append(keep.shape[0])
+        if limit is not None and keep.shape[0] > limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return keep.double() @ weights
+
+    whole = logit_curves(forward, scores, "insertion", None, None)
+    sizes.clear()
+    with caplog.at_level("WARNING"):
+        chunked = logit_curves(lambda k: forward(k, limit=3), scores, "insertion", None, 64)
+    for name in ("morf", "lerf"):  # float64 sums of 40 terms, rounded in another order per chunk size
+        np.testing.assert_allclose(getattr(chunked, name), getattr(whole, name), rtol=0, atol=1e-12)
+    assert sizes[:6] == [64, 32, 16, 8, 4, 2] and max(sizes[6:]) == 2 and sum(sizes[5:]) == 41 + 39
+    assert sum("retrying" in r.getMessage() for r in caplog.records) == 5
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        logit_curves(lambda k: forward(k, limit=0), scores, "insertion", None, 64)
+    with pytest.raises(ValueError, match="not memory"):
+        logit_curves(lambda k: (_ for _ in ()).throw(ValueError("not memory")), scores, "insertion", None, 64)
 
 
 def test_pixel_curves_against_a_hand_loop_on_the_library_model():
