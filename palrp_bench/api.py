@@ -71,25 +71,17 @@ def embeddings_used(model, method="attnlrp", embeddings: str = "full") -> str | 
     return embeddings if embeddings_switch_applies(m, twin.positional.name, twin.modality) else None
 
 
-#: the methods an encoder-decoder twin explains: one LRP pass through both stacks, and the baselines on the encoder
-#: tokens (docs/baselines.md, "T5"); ALTI and ALTI-Logit decompose one residual stream and refuse
-ENCODER_DECODER_METHODS = ("attnlrp", "cp_lrp", "pa_lrp", "pe_only", "pa_lrp_no_multisink", "grad_x_input",
-                           "integrated_gradients", "smoothgrad", "attn_rollout", "grad_attn_rollout", "grad_cam",
-                           "atman", "gradient_l1", "gradient_l2")
-
-
 def _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask):
     """``twin.prepare`` with the decoder inputs where the twin is an encoder-decoder (T5); elsewhere decoder inputs
-    are refused, as is a method an encoder-decoder twin does not explain yet (one line each)."""
+    are refused, as is a method that refuses encoder-decoders (``Method.refused_model_kinds["seq2seq"]``: ALTI
+    and ALTI-Logit decompose one residual stream; docs/baselines.md, "T5"), one line each."""
     name = type(model).__name__
     if not getattr(twin, "encoder_decoder", False):
         if decoder_input_ids is not None or decoder_attention_mask is not None:
             raise BadInputError(f"{name} is not an encoder-decoder: it takes no decoder_input_ids / "
                                 "decoder_attention_mask", "drop them")
         return twin.prepare
-    if m.name not in ENCODER_DECODER_METHODS:
-        raise BadInputError(f"method {m.name!r} does not support encoder-decoders ({name})",
-                            f"use one of: {', '.join(ENCODER_DECODER_METHODS)}")
+    m.check_model_kind("seq2seq", name)
 
     def prepare(inputs, attention_mask):
         return twin.prepare(inputs, attention_mask, decoder_input_ids, decoder_attention_mask)

@@ -221,17 +221,21 @@ register_method(Method(
            "Decomposition-based Attributions for Transformer Language Models', its 'Gradient' (section 5.1)"))
 # -- decompositions of the residual stream ("A Close Look at Decomposition-based Attributions ...": its ALTI-Logit /
 #    ALTI column; docs/baselines.md) ------------------------------------------------------------------------------
+#: why the residual-stream decompositions refuse encoder-decoders, and what to use instead
+_ONE_RESIDUAL_STREAM = ("it does not support encoder-decoders, whose two residual streams are joined by "
+                        "cross-attention", "use an LRP method, a gradient method, attn_rollout or atman on T5")
 register_method(Method(
     "alti_logit", "ALTI-Logit: the explained logit decomposed along the residual stream, attention updates tracked "
     "to the input tokens with ALTI (pre-norm decoders)", attributor="alti_logit", paper_row="ALTI-Logit",
     modalities=("tokens",),
     refused_model_kinds={"masked_lm": ("masked LMs (BERT, RoBERTa) are post-norm encoders, whose residual stream is "
                                        "no sum of block outputs",
-                                       "use method=alti (Ferrando et al. 2022), the paper's proxy for BERT")},
+                                       "use method=alti (Ferrando et al. 2022), the paper's proxy for BERT"),
+                         "seq2seq": _ONE_RESIDUAL_STREAM},
     source="Ferrando et al. 2023; A Close Look at Decomposition-based Attributions, appendix B.1 (GQA, RMSNorm)"))
 register_method(Method(
     "alti", "ALTI: rollout of per-block token contributions from L1 distances of transformed vectors (targets ignored)",
-    attributor="alti", paper_row="ALTI", modalities=("tokens",),
+    attributor="alti", paper_row="ALTI", modalities=("tokens",), refused_model_kinds={"seq2seq": _ONE_RESIDUAL_STREAM},
     source="Ferrando et al. 2022 (clipped L1 contributions); A Close Look's proxy for ALTI-Logit on BERT"))
 
 
