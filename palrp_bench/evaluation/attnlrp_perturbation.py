@@ -50,7 +50,7 @@ TEXT_PROCESS = "insertion"
 VISION_PROCESS = "flipping"
 
 __all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep",
-           "LogitCurves", "logit_curves", "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves",
+           "LogitCurves", "ForwardChunk", "logit_curves", "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves",
            "area_rows"]
 
 
@@ -118,11 +118,22 @@ class LogitCurves:
         return curve_area(self.morf, self.fractions), curve_area(self.lerf, self.fractions)
 
 
-def logit_curves(forward, scores, process: str, max_steps: int | None, batch_size: int | None) -> LogitCurves:
+@dataclass
+class ForwardChunk:
+    """Rows per perturbation forward (None: all of a sample's rows at once), shared by the samples of one batch so
+    that a size halved on one sample's out-of-memory error stays halved for the next."""
+
+    rows: int | None
+
+
+def logit_curves(forward, scores, process: str, max_steps: int | None,
+                 batch_size: int | None | ForwardChunk) -> LogitCurves:
     """Curves of one sample: ``forward(keep [R, N] bool) -> [R]`` explained logits of the inputs keeping the
     ``True`` features, ``scores`` ``[N]`` the features' relevance (module docstring). The rows go to ``forward``
     ``batch_size`` at a time; a chunk the device has no memory for is retried in halves (logged), down to one row,
-    so the longest inputs of a task (SQuAD v2's 4060 encoder tokens) do not stop a run sized for its mean."""
+    so the longest inputs of a task (SQuAD v2's 4060 encoder tokens) do not stop a run sized for its mean; pass a
+    :class:`ForwardChunk` to keep the halved size for the next sample."""
+    chunk = batch_size if isinstance(batch_size, ForwardChunk) else ForwardChunk(batch_size)
     scores = np.asarray(scores, dtype=np.float64)
     if not np.isfinite(scores).all():
         raise BadInputError("relevance scores contain NaN or inf", "check the explainer output before the protocol")
@@ -133,10 +144,9 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
     # rows: every MoRF step, then the inner LeRF steps (both curves share their endpoints: nothing / everything
     # perturbed); each chunk of rows is built only when it is evaluated
     rows = [("morf", k) for k in range(counts.size)] + [("lerf", k) for k in range(1, counts.size - 1)]
-    chunk = batch_size or len(rows)
     values, start = [], 0
     while start < len(rows):
-        part = rows[start:start + chunk]
+        part = rows[start:start + (chunk.rows or len(rows))]
         keep = torch.cat([_keep(ranks[name], counts[[k for n, k in part if n == name]], process)
                           for name in ("morf", "lerf") if any(n == name for n, _ in part)])
         try:
@@ -145,9 +155,9 @@ def logit_curves(forward, scores, process: str, max_steps: int | None, batch_siz
             if len(part) == 1 or not is_out_of_memory(err):
                 raise
             del keep
-            chunk = max(1, len(part) // 2)
+            chunk.rows = max(1, len(part) // 2)
             log.warning("out of memory in a perturbation forward of %d rows: retrying %d rows at a time",
-                        len(part), chunk)
+                        len(part), chunk.rows)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             continue
@@ -180,7 +190,7 @@ def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     ids = torch.as_tensor(input_ids).long()
     mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask).long()
     device = model.get_input_embeddings().weight.device
-    curves = []
+    curves, chunk = [], ForwardChunk(batch_size)
     for b in range(ids.shape[0]):
         check_right_padded(mask[b], b)
         n = int(mask[b].sum())
@@ -195,7 +205,7 @@ def token_logit_curves(model, input_ids: torch.Tensor, attention_mask: torch.Ten
             return readout(rows, torch.full((keep.shape[0],), n - 1), inputs_embeds=x)[:, target].double()
 
         curves.append(logit_curves(forward, scores[b, :n].detach().double().cpu().numpy(), process, max_steps,
-                                   batch_size))
+                                   chunk))
     return curves
 
 
@@ -218,7 +228,7 @@ def seq2seq_token_logit_curves(model, input_ids: torch.Tensor, attention_mask: t
         raise BadInputError("the model is in training mode", "call model.eval() before evaluating")
     device = model.get_input_embeddings().weight.device
     decoder = torch.as_tensor(decoder_input_ids).long()
-    curves = []
+    curves, chunk = [], ForwardChunk(batch_size)
     for b in range(ids.shape[0]):
         check_right_padded(mask[b], b)
         n = int(mask[b].sum())
@@ -238,7 +248,7 @@ def seq2seq_token_logit_curves(model, input_ids: torch.Tensor, attention_mask: t
             return out.logits[:, -1, target].double()
 
         curves.append(logit_curves(forward, scores[b, positions].detach().double().cpu().numpy(), process,
-                                   max_steps, batch_size))
+                                   max_steps, chunk))
     return curves
 
 
@@ -253,7 +263,7 @@ def pixel_logit_curves(model, pixels: torch.Tensor, maps: torch.Tensor, targets,
         raise BadInputError(f"maps {tuple(maps.shape)} do not match images {tuple(pixels.shape)}",
                             "pass one [H, W] map per image at the image resolution")
     device, dtype = model_device_dtype(model, pixels)
-    curves = []
+    curves, chunk = [], ForwardChunk(batch_size)
     for b in range(pixels.shape[0]):
         image, target = pixels[b:b + 1].to(device=device, dtype=dtype), int(targets[b])
 
@@ -265,7 +275,7 @@ def pixel_logit_curves(model, pixels: torch.Tensor, maps: torch.Tensor, targets,
             return out[:, target].double()
 
         curves.append(logit_curves(forward, maps[b].detach().double().cpu().reshape(-1).numpy(), process,
-                                   max_steps, batch_size))
+                                   max_steps, chunk))
     return curves
 
 

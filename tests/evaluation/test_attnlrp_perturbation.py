@@ -7,7 +7,7 @@ import torch
 from models.test_vit_twin import images, make_vit
 from models.tiny_llama import make_llama, random_ids
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.attnlrp_perturbation import (feature_order, logit_curves, perturbed_keep,
+from palrp_bench.evaluation.attnlrp_perturbation import (ForwardChunk, feature_order, logit_curves, perturbed_keep,
                                                          pixel_logit_curves, step_counts, token_logit_curves)
 from palrp_bench.metrics.delta_a import curve_area
 
@@ -110,6 +110,12 @@ def test_a_chunk_out_of_memory_is_retried_in_halves(caplog):
         np.testing.assert_allclose(getattr(chunked, name), getattr(whole, name), rtol=0, atol=1e-12)
     assert sizes[:6] == [64, 32, 16, 8, 4, 2] and max(sizes[6:]) == 2 and sum(sizes[5:]) == 41 + 39
     assert sum("retrying" in r.getMessage() for r in caplog.records) == 5
+    shared = ForwardChunk(64)  # the next sample of the batch starts at the size that worked
+    logit_curves(lambda k: forward(k, limit=3), scores, "insertion", None, shared)
+    sizes.clear()
+    again = logit_curves(lambda k: forward(k, limit=3), scores, "insertion", None, shared)
+    assert shared.rows == 2 and max(sizes) == 2
+    np.testing.assert_allclose(again.morf, whole.morf, rtol=0, atol=1e-12)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         logit_curves(lambda k: forward(k, limit=0), scores, "insertion", None, 64)
     with pytest.raises(ValueError, match="not memory"):
