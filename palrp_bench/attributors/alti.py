@@ -70,7 +70,7 @@ from ..errors import UnsupportedModelError
 from ..lrp import rules
 from ..lrp.composites import GRAD_X_INPUT
 from . import register_attributor
-from .base import AttributorCall, AttributorResult, forward_from, input_of
+from .base import AttributorCall, AttributorResult, explained_of, forward_from, input_of
 
 __all__ = ["LINEARISED_NORMS", "Block", "traced_forward", "stream_blocks", "projection_matrix", "alti_layer",
            "alti_rollout_row", "alti_logit_terms", "alti_matrices", "alti", "alti_logit"]
@@ -235,15 +235,6 @@ def alti_rollout_row(matrices: list[torch.Tensor], rows: torch.Tensor) -> torch.
     return u
 
 
-def _explained(call: AttributorCall, logits: torch.Tensor) -> torch.Tensor:
-    """``[B]`` the explained output: ``logit[target]``, minus ``logit[foil]`` for a contrastive call."""
-    value = logits.gather(1, call.target[:, None].to(logits.device))[:, 0]
-    foil = getattr(call, "foil", None)
-    if foil is not None:
-        value = value - logits.gather(1, foil[:, None].to(logits.device))[:, 0]
-    return value
-
-
 def alti_logit_terms(call: AttributorCall) -> dict:
     """The ALTI-Logit decomposition of the explained logit (module docstring): ``scores`` ``[B, T]``, ``mlp`` and
     ``attention_bias`` ``[B, L]``, ``embedding``, ``output_bias`` and ``explained`` ``[B]``."""
@@ -255,7 +246,7 @@ def alti_logit_terms(call: AttributorCall) -> dict:
         raise _refusal(call, "normalises after its residual sums (post-norm), so the stream is no sum of block "
                              "outputs", "use method=alti (Ferrando et al. 2022), the paper's proxy for BERT")
     final = recorder.residuals[-1].output
-    explained = _explained(call, out.logits)
+    explained = explained_of(call, out.logits)
     (grad,) = torch.autograd.grad(explained.sum(), final, allow_unused=True)
     if grad is None:
         raise _refusal(call, "computes its logits from something other than its last residual sum")

@@ -101,15 +101,18 @@ def encoder_decoder_rollout(twin, layers: list[LayerAttention], maps: list[torch
         return torch.eye(t, dtype=torch.float64, device=device).expand(b, t, t).clone()
 
     r_ss, r_tt, r_ts = eye(te), eye(td), torch.zeros(b, td, te, dtype=torch.float64, device=device)
+    rbar_ss = None  # residual_normalised(r_ss), computed once after the encoder's last update
     for la, a in zip(layers, maps):
         queries = (encoder_tokens if la.site in encoder else decoder_tokens).to(device)[:, :, None]
         valid = queries[:, None].expand(-1, 1, -1, a.shape[-1])
         valid = valid if la.valid is None else la.valid & valid
         a = discard_outliers(torch.where(queries, a.double(), 0.0), valid, threshold)
         if la.site in encoder:
-            r_ss = r_ss + torch.bmm(a, r_ss)
+            r_ss, rbar_ss = r_ss + torch.bmm(a, r_ss), None
         elif la.site in keyed:
-            r_ts = r_ts + residual_normalised(r_tt).transpose(1, 2) @ a @ residual_normalised(r_ss)
+            if rbar_ss is None:
+                rbar_ss = residual_normalised(r_ss)
+            r_ts = r_ts + residual_normalised(r_tt).transpose(1, 2) @ a @ rbar_ss
         else:
             r_tt, r_ts = r_tt + torch.bmm(a, r_tt), r_ts + torch.bmm(a, r_ts)
     return r_ts

@@ -374,11 +374,10 @@ class T5Twin(TextTwin):
         def dec(x):
             return x[..., te:]
 
-        for name in ("semantic_relu",):
-            extras[f"decoder_{name}"], extras[name] = dec(extras[name]), enc(extras[name])
-        for name in ("positional_relu",):
-            x = extras[name]
-            extras[f"decoder_{name}"], extras[name] = dec(x[:, le:]), enc(x[:, :le])
+        x = extras["semantic_relu"]
+        extras["decoder_semantic_relu"], extras["semantic_relu"] = dec(x), enc(x)
+        x = extras["positional_relu"]
+        extras["decoder_positional_relu"], extras["positional_relu"] = dec(x[:, le:]), enc(x[:, :le])
         x = extras["positional_shared_relu"]
         extras["decoder_positional_shared_relu"], extras["positional_shared_relu"] = dec(x), enc(x)
         extras.update(decoder_scores=dec(e.scores), decoder_semantic=dec(e.semantic),
