@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..schema import Selection
-from .cost import CostConstants, Estimate, estimate, resolve_device_kind
+from .cost import CostConstants, Estimate, estimate, format_bytes, resolve_device_kind
 from .training import SCRIPT, ClassifierTraining, OFFICIAL_RECIPE, price_missing_classifiers
+from ..runner.devices import _CUDA_INDEX
 from ..runner.plan import Cell, Job
 
 __all__ = ["SampleCount", "CellBudget", "PlanBudget", "PlanDevice", "plan_device", "estimate_cell", "pool_size",
@@ -188,7 +188,6 @@ class PlanDevice:
         return ("cpu",) * self.n_workers
 
 
-_GPU_INDEX = re.compile(r"^(?:cuda:)?\d+$")
 
 
 def plan_device(runner, constants: CostConstants) -> PlanDevice | None:
@@ -201,7 +200,7 @@ def plan_device(runner, constants: CostConstants) -> PlanDevice | None:
         return None
     kind = resolve_device_kind(str(value), constants)
     entry = constants.device_entry(kind)
-    indices = [d for d in (getattr(runner, "devices", None) or []) if _GPU_INDEX.match(str(d).strip().lower())]
+    indices = [d for d in (getattr(runner, "devices", None) or []) if _CUDA_INDEX.match(str(d).strip().lower())]
     memory = entry.get("memory_bytes")
     return PlanDevice(kind, str(entry.get("short_name") or kind), None if memory is None else float(memory),
                       max(1, len(indices)))
@@ -373,10 +372,6 @@ def format_seconds(seconds: float | None) -> str:
         return f"{seconds / 60:.1f} min"
     hours = seconds / 3600
     return f"{hours:.1f} h" if hours < 100 else f"{hours:,.0f} h"
-
-
-def format_bytes(n: float | None) -> str:
-    return "?" if n is None else f"{n / 1e9:.1f} GB"
 
 
 def _hours(seconds: float | None) -> str:

@@ -198,13 +198,6 @@ def _torchvision_architecture(source: str) -> Architecture:
     return _vit_architecture(module, f"torchvision definition of {source}")
 
 
-def _hf_config(model, known: dict) -> tuple[dict, str] | None:
-    """``config.json`` of the model, looked up for ``source``, then ``base_model``, then the tokenizer's repository:
-    a local folder's file, the hub cache's, else the shipped table of known architectures
-    (:func:`palrp_bench.models.loading.hf_config_json`)."""
-    return hf_config_json(model, known)
-
-
 def architecture_of(model, constants: "CostConstants | None" = None) -> Architecture | None:
     """The :class:`Architecture` of a model config without loading weights, or None when nothing describes it
     (a local checkpoint that is not here and no known ``model.base_model``)."""
@@ -233,7 +226,7 @@ def architecture_of(model, constants: "CostConstants | None" = None) -> Architec
 
         path = ASSET_DIR / str(model.source) / "config.json"
         return hf_architecture(json.loads(path.read_text()), kind, f"embedded {model.source}")
-    found = _hf_config(model, constants.architectures)
+    found = hf_config_json(model, constants.architectures)
     if found is None:
         return None
     return hf_architecture(found[0], kind, found[1])
@@ -685,3 +678,8 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
                    select_per_candidate=profile.seconds_per_unit * forward_units(arch, work.forward_tokens,
                                                                                  work.decoder_tokens),
                    origin=profile.origin, units_per_sample=units)
+
+
+def format_bytes(n: float | None) -> str:
+    """``12.3 GB`` (decimal gigabytes), ``?`` when unknown: how plans print memory."""
+    return "?" if n is None else f"{n / 1e9:.1f} GB"

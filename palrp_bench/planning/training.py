@@ -35,7 +35,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..hub import is_local_path
-from .cost import NF4_BYTES_PER_PARAM, Architecture, CostConstants, architecture_of, forward_units, load_constants
+from .cost import (NF4_BYTES_PER_PARAM, Architecture, CostConstants, architecture_of, format_bytes, forward_units,
+                   load_constants)
 from .preflight import local_checkpoint_problem
 
 __all__ = ["Recipe", "OFFICIAL_RECIPE", "TrainingConstants", "SHIPPED_TRAINING_CONSTANTS", "load_training_constants",
@@ -46,7 +47,6 @@ __all__ = ["Recipe", "OFFICIAL_RECIPE", "TrainingConstants", "SHIPPED_TRAINING_C
 SHIPPED_TRAINING_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "training_defaults.yaml"
 #: the script that trains a classifier (named in plans and fixes)
 SCRIPT = "scripts/finetune_imdb.py"
-GIGA = 1e9
 
 
 @dataclass(frozen=True)
@@ -306,10 +306,6 @@ def cheapest_fit(arch: Architecture, *, kind: str, head_only: bool = False, dtyp
     return None
 
 
-def _gb(n: float | None) -> str:
-    return "?" if n is None else f"{n / GIGA:.1f} GB"
-
-
 def verdict(plain: TrainingEstimate, best: TrainingEstimate | None) -> str:
     """What fits, in a few words: ``fits``, ``fits with --gradient-checkpointing``, ``needs 2 GPUs with FSDP and
     --gradient-checkpointing``, ``does not fit ...``."""
@@ -319,7 +315,7 @@ def verdict(plain: TrainingEstimate, best: TrainingEstimate | None) -> str:
         most = (f"on {load_training_constants().max_gpus} GPUs with FSDP and --gradient-checkpointing"
                 if _gpu(plain.device_kind) and not plain.head_only else
                 "with --gradient-checkpointing" if not plain.head_only else "")
-        return f"does not fit {_gb(plain.device_memory)}" + (f" even {most}" if most else "")
+        return f"does not fit {format_bytes(plain.device_memory)}" + (f" even {most}" if most else "")
     if best.setting == plain.setting:
         return "fits"
     if best.setting.processes == 1:
