@@ -30,6 +30,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..atomic_io import write_json_atomic
+from ..data.registry import sample_ids_of
 from ..errors import BadInputError
 from ..evaluation.tasks import task_adapter
 from ..numerics import device_kind, tf32_mode
@@ -247,15 +248,17 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         status["selection"] = asdict(selection)
         timing["selection_s"] = selection.seconds
         write_json_atomic(status_path, status)  # what loading cost survives a kill during the evaluation
-        order = {s.sample_id: i for i, s in enumerate(selected)}
-        mine = [s for s in selected if shard_of(s.sample_id, job.n_shards) == job.shard]
+        # by id first: a lazy pool (TextPool) tokenises only the samples this shard still has to compute
+        ids = sample_ids_of(selected)
+        order = {sid: i for i, sid in enumerate(ids)}
+        mine = [i for i, sid in enumerate(ids) if shard_of(sid, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)
         wanted = set(job.cell.metrics)
         todo: dict[tuple[str, ...], list] = {}  # missing metrics -> samples (dataset order)
-        for s in mine:
-            missing = tuple(sorted(wanted - done.get(s.sample_id, set())))
+        for i in mine:
+            missing = tuple(sorted(wanted - done.get(ids[i], set())))
             if missing:
-                todo.setdefault(missing, []).append(s)
+                todo.setdefault(missing, []).append(selected[i])
         n_todo = sum(len(v) for v in todo.values())
         report.n_selected, report.n_shard = len(selected), len(mine)
         report.n_skipped = len(mine) - n_todo
