@@ -218,8 +218,9 @@ class Dropped:
 
 
 class EvidencePool(list):
-    """The kept :class:`EvidenceSample` of a loader, in dataset order (a list), plus ``dropped``: reason -> number of
-    candidate rows removed at load (:data:`DROP_REASONS`; only reasons that occurred), ``source``: what was read."""
+    """The kept samples in dataset order (a list: a loader's :class:`EvidenceSample`, or the evidence task's
+    prepared ones), plus ``dropped``: reason -> number of candidate rows removed at load (:data:`DROP_REASONS` and
+    the task's reasons; only reasons that occurred), ``source``: what was read."""
 
     def __init__(self, samples: Iterable[EvidenceSample] = (), dropped: dict[str, int] | None = None,
                  source: str = ""):

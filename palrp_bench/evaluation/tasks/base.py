@@ -8,7 +8,7 @@ import numpy as np
 
 from ...rundir import NO_VARIANT, NONFINITE_METRIC, SCALAR
 
-__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result"]
+__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result", "pad_id"]
 
 
 @dataclass
@@ -111,3 +111,15 @@ class TaskAdapter(Protocol):
 def nonfinite_result(sample_id: str, info: dict | None = None) -> SampleResult:
     """The record of a sample whose relevance contains NaN or inf."""
     return SampleResult(sample_id, [(NONFINITE_METRIC, NO_VARIANT, SCALAR, 1.0)], dict(info or {}, nonfinite=True))
+
+
+def pad_id(bundle) -> int:
+    """The id right-padded batches are filled with: the tokenizer's pad token, else its EOS, else the model
+    config's pad token, else 0 (the padded positions are masked out, so only a valid id matters)."""
+    tok = bundle.tokenizer
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, attr, None) if tok is not None else None
+        if value is not None:
+            return int(value)
+    value = getattr(bundle.model.config, "pad_token_id", None)
+    return int(value) if value is not None else 0

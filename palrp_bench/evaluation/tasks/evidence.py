@@ -47,7 +47,7 @@ from ...data.registry import load_dataset
 from ...errors import BadInputError
 from ...metrics.evidence import evidence_rows
 from . import register_task
-from .base import JobContext, SampleResult, nonfinite_result
+from .base import JobContext, SampleResult, nonfinite_result, pad_id
 
 __all__ = ["EvidenceAdapter", "PreparedEvidence", "ADAPTER_DROPS", "prepare_evidence", "evaluation_masks",
            "word_token", "model_head", "max_positions"]
@@ -194,19 +194,6 @@ def evaluation_masks(sample: PreparedEvidence) -> dict[str, tuple[list[bool], li
     return {name: (valid, [e and v for e, v in zip(sample.evidence, valid)]) for name, valid in masks.items()}
 
 
-class PreparedPool(list):
-    """The prepared samples in dataset order, with the drops of the loader and of the adapter (``dropped``)."""
-
-    def __init__(self, samples, dropped: dict[str, int], source: str = ""):
-        super().__init__(samples)
-        self.dropped = dict(dropped)
-        self.source = source
-
-    @property
-    def sample_ids(self) -> list[str]:
-        return [s.sample_id for s in self]
-
-
 def _batch(samples: Sequence[PreparedEvidence], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     length = max(len(s) for s in samples)
     ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
@@ -215,15 +202,6 @@ def _batch(samples: Sequence[PreparedEvidence], pad_id: int) -> tuple[torch.Tens
         ids[i, :len(s)] = torch.tensor(s.input_ids, dtype=torch.long)
         mask[i, :len(s)] = 1
     return ids, mask
-
-
-def _pad_id(bundle) -> int:
-    tok = bundle.tokenizer
-    for attr in ("pad_token_id", "eos_token_id"):
-        value = getattr(tok, attr, None)
-        if value is not None:
-            return int(value)
-    return 0
 
 
 def _flags(samples: Sequence[PreparedEvidence], masks: list[dict], name: str, width: int):
@@ -245,7 +223,7 @@ class EvidenceAdapter:
     def sample_length(self, sample: PreparedEvidence) -> int:
         return len(sample)
 
-    def load_samples(self, task, bundle) -> PreparedPool:
+    def load_samples(self, task, bundle) -> EvidencePool:
         pool = load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
                             tokenizer=bundle.tokenizer)
         if not isinstance(pool, EvidencePool):
@@ -255,11 +233,11 @@ class EvidenceAdapter:
         merged = dict(pool.dropped)
         for reason, n in dropped.items():
             merged[reason] = merged.get(reason, 0) + n
-        return PreparedPool(prepared, merged, pool.source)
+        return EvidencePool(prepared, merged, pool.source)  # the prepared samples, with every drop
 
     @torch.no_grad()
     def correct(self, bundle, samples, ctx) -> list[bool]:
-        ids, mask = _batch(samples, _pad_id(bundle))
+        ids, mask = _batch(samples, pad_id(bundle))
         logits = bundle.model(input_ids=ids.to(bundle.device), attention_mask=mask.to(bundle.device)).logits
         rows = torch.arange(len(samples), device=logits.device)
         at = logits[rows, torch.tensor([s.position for s in samples], device=logits.device)]
@@ -286,7 +264,7 @@ class EvidenceAdapter:
                     info["foil"] = samples[j].foil_id
                 infos.append(info)
             return scores, infos, [None] * len(samples)
-        ids, mask = _batch(samples, _pad_id(bundle))
+        ids, mask = _batch(samples, pad_id(bundle))
         options = {"causal": bool(ctx.task.causal)}
         if model_head(bundle) == "masked":
             options["position"] = torch.tensor([s.position for s in samples])

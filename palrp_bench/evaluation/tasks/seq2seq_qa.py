@@ -45,7 +45,7 @@ from ...metrics.evidence import IOU_METRIC, positive_iou
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
 from . import register_task
-from .base import SampleResult, nonfinite_result
+from .base import SampleResult, nonfinite_result, pad_id
 
 __all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_VARIANT", "encode_qa"]
 
@@ -83,13 +83,6 @@ def _start_id(model) -> int:
     return int(start)
 
 
-def _pad_id(bundle) -> int:
-    for value in (getattr(bundle.tokenizer, "pad_token_id", None), getattr(bundle.model.config, "pad_token_id", None)):
-        if value is not None:
-            return int(value)
-    return 0
-
-
 @register_task("seq2seq_qa")
 class Seq2SeqQAAdapter:
     """Extractive QA with an encoder-decoder (module docstring)."""
@@ -108,7 +101,7 @@ class Seq2SeqQAAdapter:
         """Right-padded ``(input_ids, attention_mask, context, answer)`` ``[B, T]`` of a batch."""
         rows = [encode_qa(bundle.tokenizer, s) for s in samples]
         width = max(len(ids) for ids, _, _ in rows)
-        ids = torch.full((len(rows), width), _pad_id(bundle), dtype=torch.long)
+        ids = torch.full((len(rows), width), pad_id(bundle), dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         context = torch.zeros((len(rows), width), dtype=torch.bool)
         answer = torch.zeros((len(rows), width), dtype=torch.bool)

@@ -36,7 +36,7 @@ from ...data.text_common import real_token_count
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
-from .base import JobContext, SampleResult, nonfinite_result
+from .base import JobContext, SampleResult, nonfinite_result, pad_id
 
 __all__ = ["TextAdapter"]
 
@@ -55,16 +55,6 @@ def _batch(samples: list[TextSample], pad_id: int, *, real_only: bool = False) -
         ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, :real_token_count(s)] = 1
     return ids, mask
-
-
-def _pad_id(bundle) -> int:
-    tok = bundle.tokenizer
-    for attr in ("pad_token_id", "eos_token_id"):
-        value = getattr(tok, attr, None) if tok is not None else None
-        if value is not None:
-            return int(value)
-    value = getattr(bundle.model.config, "pad_token_id", None)
-    return int(value) if value is not None else 0
 
 
 class TextAdapter:
@@ -93,7 +83,7 @@ class TextAdapter:
     def _logits(self, bundle, samples, ctx) -> torch.Tensor:
         from ..nlp_perturbation import readout_logits
 
-        ids, mask = _batch(samples, _pad_id(bundle))
+        ids, mask = _batch(samples, pad_id(bundle))
         return readout_logits(bundle.model, ids, mask, task=self.perturbation_task, causal=self._causal(ctx),
                               batch_size=ctx.forward_batch_size, show_progress=False)
 
@@ -119,7 +109,7 @@ class TextAdapter:
                       "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
                       "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
             return scores, infos, [None] * len(batch)
-        real_ids, real_mask = _batch(batch, _pad_id(bundle), real_only=True)
+        real_ids, real_mask = _batch(batch, pad_id(bundle), real_only=True)
         rel = palrp_bench.explain(bundle.model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
                                   **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
         scores = torch.zeros(ids.shape, dtype=torch.float32)
@@ -148,7 +138,7 @@ class TextAdapter:
         results: dict[int, SampleResult] = {}
         for group in self._groups(samples):
             batch = [samples[i] for i in group]
-            ids, mask = _batch(batch, _pad_id(bundle))
+            ids, mask = _batch(batch, pad_id(bundle))
             scores, infos, arrays = self._explained(bundle, batch, ids, mask, ctx)
             finite = torch.isfinite(scores).all(-1)
             for j, i in enumerate(group):
