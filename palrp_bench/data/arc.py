@@ -24,8 +24,8 @@ from typing import Any
 
 from ..errors import BadInputError
 from .base import TextSample
-from .text_common import (TextPool, check_tokenizer, check_unique_ids, encode_batch_with_bos, hub_records,
-                          iter_local_records, load_hub_dataset)
+from .text_common import (TextPool, check_tokenizer, check_unique_ids, encode_batch_with_bos, first_record,
+                          hub_records, iter_local_records, load_hub_dataset)
 from .registry import register_dataset
 
 HF_NAME = "allenai/ai2_arc"
@@ -38,6 +38,10 @@ MCQA_PROMPT_HEAD = "The following is multiple choice question (with answers).\n\
 MCQA_PROMPT_TAIL = "\n\nPlease make sure to answer (A,B,C, or D)\nAnswer is:"
 #: How many correctly answered questions the evaluation keeps.
 OFFICIAL_CORRECT_LIMIT = 1000
+#: questions of ARC-Easy's train and test splits (2,251 + 2,376; those with 3 or 5 choices or numeric keys included)
+ARC_EASY_SIZE = 4627
+#: mean real tokens of the official prompt (header, question, four options, footer) under LLaMA tokenizers
+MEAN_PROMPT_TOKENS = 90
 #: Required columns; ``choices`` is optional only because the original AI2 JSONL nests it in ``question``.
 _COLUMNS = ("id", "question", "answerKey")
 _OPTIONAL = ("choices",)
@@ -77,15 +81,27 @@ def _records(path: str | Path | None) -> list[tuple[str, dict]]:
         dataset = load_hub_dataset(HF_NAME, HF_CONFIG, what="ARC-Easy", how_to_get=how)
         return [(split, record) for split in ARC_SPLITS
                 for record in hub_records(dataset[split], name=HF_NAME, how_to_get=how)]
+    return [(label, record) for label, table, split in _local_tables(path)
+            for record in iter_local_records(table, split, _COLUMNS, what=f"ARC-Easy {split}".strip(),
+                                             how_to_get=how, optional=_OPTIONAL)]
+
+
+def _local_tables(path: str | Path) -> list[tuple[str, Path, str]]:
+    """``(label, table, split)`` of a local copy: one table (a file or a saved single Dataset) taken as the whole
+    ordered list, else the train and test splits of a folder (inside ``ARC-Easy/`` in the hub layout)."""
     path = Path(path).expanduser()
-    if path.is_file() or (path / "state.json").is_file():  # one table (a file or a saved single Dataset)
-        return [("file", r) for r in iter_local_records(path, "", _COLUMNS, what="ARC-Easy", how_to_get=how,
-                                                               optional=_OPTIONAL)]
+    if path.is_file() or (path / "state.json").is_file():
+        return [("file", path, "")]
     if (path / HF_CONFIG).is_dir():
         path = path / HF_CONFIG
-    return [(split, record) for split in ARC_SPLITS
-            for record in iter_local_records(path, split, _COLUMNS, what=f"ARC-Easy {split}", how_to_get=how,
-                                                 optional=_OPTIONAL)]
+    return [(split, path, split) for split in ARC_SPLITS]
+
+
+def _check_copy(task, options, findings) -> None:
+    """The head of each table of a local copy: the columns ``id, question, answerKey`` and one readable record."""
+    for _, table, split in _local_tables(task.path):
+        _normalise(first_record(table, split, _COLUMNS, what=f"ARC-Easy {split}".strip(), how_to_get=_how_to_get(),
+                                optional=_OPTIONAL))
 
 
 def load_arc_easy(tokenizer: Any, path: str | Path | None = None, limit: int | None = None) -> TextPool:
@@ -168,7 +184,12 @@ def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[st
     return kept
 
 
-@register_dataset("arc")
+@register_dataset(
+    "arc", hub=HF_NAME, local_copy="<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
+    pool_size=ARC_EASY_SIZE, tokens=MEAN_PROMPT_TOKENS, check=_check_copy,
+    formats="the hub's layout (a folder holding ARC-Easy/{train,test}-*.parquet or .jsonl) or one table (parquet, "
+            "JSON lines, CSV; the whole ordered question list); columns id, question, choices{text, label}, "
+            "answerKey (the original AI2 JSON lines, question{stem, choices}, work too)")
 def _arc_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=arc``: ARC-Easy with the official prompt (no options)."""
     return load_arc_easy(tokenizer, path=path, limit=limit)

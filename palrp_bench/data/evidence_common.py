@@ -29,7 +29,7 @@ from .text_common import iter_local_records
 
 __all__ = ["EVIDENCE_TASKS", "QA_CONTEXT_LEAD", "QA_QUESTION_LEAD", "QA_ANSWER_LEAD", "EvidenceSample",
            "RenderedEvidence", "render", "format_qa_prompt", "tokens_overlapping", "EvidencePool", "Dropped",
-           "DROP_REASONS", "collect_pool", "check_limit", "check_options", "first_word", "word_span",
+           "DROP_REASONS", "collect_pool", "check_limit", "first_word", "word_span",
            "content_sample_id", "save_evidence_jsonl", "read_evidence_jsonl", "peek_records", "is_evidence_jsonl", "EVIDENCE_JSONL_FIELDS"]
 
 #: The tasks (``EvidenceSample.task``).
@@ -238,14 +238,6 @@ class EvidencePool(list):
 
     def __repr__(self) -> str:
         return f"EvidencePool({len(self)} samples, dropped {self.dropped}, source {self.source!r})"
-
-
-def check_options(options: dict, allowed: Sequence[str], dataset: str) -> None:
-    """A one-line :class:`BadInputError` for a ``task.options`` key the loader of ``dataset`` does not know."""
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise BadInputError(f"unknown option(s) {unknown} for dataset {dataset}",
-                            f"use only {sorted(allowed)} (task.options)" if allowed else "remove task.options")
 
 
 def check_limit(limit) -> None:

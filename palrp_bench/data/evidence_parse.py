@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import MissingDataError
 
-__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "load_parser", "parse", "sva_subject_span",
+__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "check_parser", "load_parser", "parse", "sva_subject_span",
            "ra_antecedent_span", "parser_source", "NeedsParse", "resolve_parses"]
 
 #: The spaCy pipeline used unless ``task.options.spacy_model`` names another.
@@ -59,6 +59,16 @@ def parser_missing(model: str = SPACY_MODEL) -> str | None:
     if find_spec(model) is None:
         return f"spaCy's English model {model}"
     return None
+
+
+def check_parser(task, model: str, where: str, findings) -> None:
+    """The preflight's problem when the data at ``where`` marks no evidence and the parser that finds it (spaCy
+    with ``model``) is not installed (:class:`~palrp_bench.data.registry.Findings`)."""
+    missing = parser_missing(model)
+    if missing is not None:
+        findings.add(f"{missing} ({task.name}): {where} marks no evidence, which spaCy's parse finds",
+                     SPACY_FIX if model == SPACY_MODEL else
+                     f'pip install -e ".[evidence]" && python -m spacy download {model}')
 
 
 @lru_cache(maxsize=4)

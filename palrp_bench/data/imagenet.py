@@ -47,7 +47,7 @@ from PIL import Image
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample
-from .registry import register_dataset
+from .registry import Option, register_dataset
 
 #: Extensions ``torchvision.datasets.ImageFolder`` accepts (case-insensitive); we accept the same files.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -344,7 +344,41 @@ def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", imag
     return select_imagenet_val(list_imagenet_val(root, labels_file), subset, image_size)
 
 
-@register_dataset("imagenet")
+def _pool_size(options: dict) -> int:
+    subset = options["subset"]
+    return PROTOCOL_SUBSET_SIZE if subset == "protocol5000" else IMAGENET_VAL_SIZE if subset == "all" else int(subset)
+
+
+def _check_folder(task, options: dict, findings) -> None:
+    """The folder listed as the loader lists it (no image is read): its labelled images and the subset they
+    support."""
+    path_fix = findings.fix("task.path=<imagenet>") + " (the folder holding val/)"
+    try:
+        listing = list_imagenet_val(task.path, options["labels_file"])
+    except (MissingDataError, BadInputError) as err:
+        findings.add(f"ImageNet validation set at {task.path} ({task.name}): {err.problem}",
+                     f"{path_fix} ({err.fix})" if err.fix else path_fix)
+        return
+    count = len(listing.files)
+    subset = options["subset"]
+    if subset == "protocol5000" and count != IMAGENET_VAL_SIZE:
+        findings.add(f"ImageNet at {task.path} holds {count:,} labelled images; subset=protocol5000 is defined on "
+                     f"all {IMAGENET_VAL_SIZE:,} ({task.name})",
+                     f"{path_fix} (the complete set), or {findings.fix('task.options.subset=all')} "
+                     f"(or task.options.subset=<k> <= {count})")
+    elif isinstance(subset, int) and not isinstance(subset, bool) and subset > count:
+        findings.add(f"ImageNet at {task.path} holds {count:,} labelled images, fewer than subset={subset} "
+                     f"({task.name})", findings.fix(f"task.options.subset={count}"))
+
+
+@register_dataset(
+    "imagenet",
+    options=(Option("subset", "protocol5000", "protocol5000 | all | <first k of the seed-42 order>", (str, int)),
+             Option("image_size", 224, "side of the resized image"),
+             Option("labels_file", None, "labels file of a flat val/ folder when not found next to it", (str,))),
+    needs_path="the folder holding val/", local_copy="<imagenet>", pool_size=_pool_size, check=_check_folder,
+    formats=f"the folder holding val/ (or val/ itself): ImageFolder <root>/val/<wnid>/*.JPEG, or flat "
+            f"<root>/val/*.JPEG with {LOC_SOLUTION_NAME} or {DEVKIT_GROUND_TRUTH_NAME} + {DEVKIT_META_NAME}")
 def _imagenet_dataset(path, limit, options, tokenizer) -> ImageNetVal:
     """``task.dataset=imagenet``: ``task.path`` = the validation folder; options of :func:`load_imagenet_val`."""
     if path is None:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample
-from .registry import register_dataset
+from .registry import Option, register_dataset
 
 IMAGENET_SEG_COUNT = 4276
 IMAGENET_SEG_FILENAME = "gtsegs_ijcv.mat"
@@ -199,7 +199,29 @@ def verify_imagenet_seg(path: str | Path, expected_count: int = IMAGENET_SEG_COU
     return SegFileReport(path, path.stat().st_size, digest, count, len(indices), problems)
 
 
-@register_dataset("imagenet_seg")
+def _check_file(task, options: dict, findings) -> None:
+    """The file opened as the loader opens it (its entries counted, no image decoded) against ``expected_count``."""
+    path_fix = (findings.fix(f"task.path=<{IMAGENET_SEG_FILENAME}>")
+                + f" (download {IMAGENET_SEG_URL}; python scripts/get_imagenet_seg.py checks it)")
+    try:
+        count = len(load_imagenet_seg(task.path, expected_count=None))
+    except (MissingDataError, BadInputError) as err:
+        findings.add(f"ImageNet-segmentation file ({task.name}): {err.problem}", path_fix)
+        return
+    expected = options["expected_count"]
+    if expected is not None and count != expected:
+        findings.add(f"{task.path} holds {count:,} entries, expected {expected:,} ({task.name})",
+                     f"{path_fix}, or {findings.fix('++task.options.expected_count=null')} "
+                     "(evaluates the entries it has)")
+
+
+@register_dataset(
+    "imagenet_seg",
+    options=(Option("image_size", 224, "side of the resized image and mask"),
+             Option("expected_count", IMAGENET_SEG_COUNT, "entries the file must hold (null: any)", (int, type(None)))),
+    needs_path=f"download {IMAGENET_SEG_URL}", local_copy=f"<{IMAGENET_SEG_FILENAME}>",
+    pool_size=lambda options: options["expected_count"] or IMAGENET_SEG_COUNT, check=_check_file,
+    formats=f"{IMAGENET_SEG_FILENAME} (MATLAB v7.3 / HDF5 with value/img and value/gt, 4276 entries)")
 def _imagenet_seg_dataset(path, limit, options, tokenizer) -> ImageNetSegmentation:
     """``task.dataset=imagenet_seg``: ``task.path`` = ``gtsegs_ijcv.mat``; options of :func:`load_imagenet_seg`."""
     if path is None:

@@ -34,9 +34,9 @@ import numpy as np
 from ..errors import BadInputError, MissingDataError
 from .base import TextSample
 from .text_common import (TextPool, check_max_length, check_text, check_tokenizer, check_unique_ids,
-                          default_data_dir, encode_batch_with_bos, hub_records, iter_local_records, load_hub_dataset,
-                          pad_right)
-from .registry import register_dataset
+                          default_data_dir, encode_batch_with_bos, first_record, hub_records, iter_local_records,
+                          load_hub_dataset, pad_right)
+from .registry import Findings, Option, register_dataset
 
 #: Label index -> sentiment name (official mapping: positive -> 0, negative -> 1).
 IMDB_LABELS: tuple[str, ...] = ("positive", "negative")
@@ -270,8 +270,72 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
                       validation_kind=validation)
 
 
-@register_dataset("imdb")
+#: mean real tokens per review under LLaMA tokenizers: about 1,300 characters at ~4 characters per token, truncated
+#: at 512
+MEAN_REVIEW_TOKENS = 290
+#: rows of the Kaggle CSV and of each split of the hub's copy (the pool of a split before ``task.pool_size``)
+KAGGLE_ROWS = 50000
+HF_SPLIT_ROWS = 25000
+
+
+def _pool_size(options: dict) -> int:
+    """The rows of ``split`` in evaluation order: the Kaggle file's 30 % test part (or the rest), the hub's split."""
+    if options["source"] == "hf":
+        return HF_SPLIT_ROWS
+    n_test = math.ceil(OFFICIAL_TEST_SIZE * KAGGLE_ROWS)
+    return n_test if options["split"] == "test" else KAGGLE_ROWS - n_test
+
+
+def _check_copy(task, options: dict, findings: Findings) -> None:
+    """The preflight's reading of ``task.path``: the Kaggle CSV's header and row count (its test part must hold the
+    pool), or the head of the hub's parquet layout."""
+    if options["source"] == "hf":  # a local copy in the hub's parquet layout
+        how = f"a folder with plain_text/{options['split']}-*.parquet of {HF_NAME}"
+        try:
+            first_record(Path(task.path).expanduser(), options["split"], ("text", "label"),
+                         what="IMDB (Hugging Face format)", how_to_get=how)
+        except (MissingDataError, BadInputError) as err:
+            findings.add(f"IMDB ({HF_NAME} layout) at {task.path} ({task.name}): {err.problem}",
+                         findings.fix("task.path=<folder>") + f" ({how})")
+        return
+    import pandas as pd
+
+    csv = Path(task.path).expanduser()
+    if csv.is_dir():
+        csv = csv / KAGGLE_CSV_NAME
+    path_fix = findings.fix("task.path=<csv>") + f" (the Kaggle '{KAGGLE_CSV_NAME}': {KAGGLE_URL})"
+    if not csv.is_file():
+        findings.add(f"IMDB CSV {csv} ({task.name}): no such file", path_fix)
+        return
+    try:
+        missing = [c for c in ("review", "sentiment") if c not in pd.read_csv(csv, nrows=0).columns]
+        n_rows = None if missing else len(pd.read_csv(csv, usecols=["sentiment"]))
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        findings.add(f"IMDB CSV {csv} ({task.name}) cannot be read as the Kaggle file "
+                     f"({str(err).splitlines()[0][:80]})", path_fix)
+        return
+    if missing:
+        findings.add(f"IMDB CSV {csv} ({task.name}) lacks the columns {missing}", path_fix)
+        return
+    n_test = math.ceil(OFFICIAL_TEST_SIZE * n_rows)
+    if task.pool_size is not None and n_test < task.pool_size:
+        findings.add(f"IMDB CSV {csv} has {n_rows} rows: its test part ({n_test}) is smaller than the pool of "
+                     f"{task.pool_size} ({task.name}; the Kaggle file has 50,000 rows)",
+                     path_fix + f", or {findings.fix(f'task.pool_size={n_test}')}")
+
+
+@register_dataset(
+    "imdb",
+    options=(Option("source", "kaggle_csv", "kaggle_csv (the official Kaggle CSV) or hf (stanfordnlp/imdb)"),
+             Option("split", "test", "test or train"),
+             Option("max_length", IMDB_MAX_LENGTH, "tokens per review, BOS included; reviews are padded to it")),
+    hub=lambda options: HF_NAME if options["source"] == "hf" else None,
+    local_copy="<csv>", pool_size=_pool_size, tokens=MEAN_REVIEW_TOKENS, padded_length=lambda options: options["max_length"],
+    check=_check_copy,
+    formats=f"source=kaggle_csv: the Kaggle '{KAGGLE_CSV_NAME}' (CSV, columns review, sentiment: positive | "
+            "negative) or its folder; source=hf: the hub's parquet layout (plain_text/{train,test}-*.parquet, "
+            "columns text, label: 0 = neg, 1 = pos) or a save_to_disk folder")
 def _imdb_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=imdb``: options ``source`` (kaggle_csv | hf), ``split``, ``max_length``."""
-    return load_imdb(source=options.get("source", "kaggle_csv"), path=path, split=options.get("split", "test"),
-                     limit=limit, tokenizer=tokenizer, max_length=int(options.get("max_length", IMDB_MAX_LENGTH)))
+    return load_imdb(source=options["source"], path=path, split=options["split"], limit=limit, tokenizer=tokenizer,
+                     max_length=int(options["max_length"]))

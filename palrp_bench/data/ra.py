@@ -29,11 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BadInputError, PalrpError
-from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit, check_options,
+from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit,
                               collect_pool, content_sample_id, is_evidence_jsonl, peek_records, read_evidence_jsonl,
                               word_span)
-from .evidence_parse import SPACY_MODEL, NeedsParse, resolve_parses
-from .registry import register_dataset
+from .evidence_parse import SPACY_MODEL, NeedsParse, check_parser, resolve_parses
+from .registry import Option, register_dataset
 from .text_common import hub_records, load_hub_dataset
 
 HF_NAME = "nyu-mll/blimp"
@@ -144,29 +144,63 @@ def load_ra(path: str | Path | None = None, limit: int | None = None, paradigm: 
     """The first ``limit`` kept ra samples (module docstring) with the drops counted
     (:class:`~palrp_bench.data.evidence_common.EvidencePool`)."""
     check_limit(limit)
+    what = f"BLiMP {paradigm}"
+    records, source = _records(path, paradigm)
+    if source == "evidence_jsonl":
+        return collect_pool(read_evidence_jsonl(records, "ra", what), limit, what=what, source=source)
+    return collect_pool(resolve_parses(_blimp(records, what), spacy_model), limit, what=what, source=source)
+
+
+def _records(path: str | Path | None, paradigm: str) -> tuple[Iterator[dict], str]:
+    """The records of the hub or a local copy, lazily, and what they are (``blimp_hub``, ``evidence_jsonl`` or the
+    local file's name); a copy without BLiMP's fields is a one-line error."""
     how = _how_to_get(paradigm)
     what = f"BLiMP {paradigm}"
     if path is None:
         dataset = load_hub_dataset(HF_NAME, paradigm, split="train", what=what, how_to_get=how)
-        records, present, source = hub_records(dataset, name=HF_NAME, how_to_get=how), set(BLIMP_COLUMNS), "blimp_hub"
-    else:
-        local = _local(Path(path).expanduser(), paradigm)
-        present, records = peek_records(local, "train", BLIMP_COLUMNS + BLIMP_OPTIONAL + EVIDENCE_JSONL_FIELDS,
-                                        what=what, how_to_get=how)
-        source = str(local.name)
-        if is_evidence_jsonl(dict.fromkeys(present)):
-            return collect_pool(read_evidence_jsonl(records, "ra", what), limit, what=what, source="evidence_jsonl")
+        return hub_records(dataset, name=HF_NAME, how_to_get=how), "blimp_hub"
+    local = _local(Path(path).expanduser(), paradigm)
+    present, records = peek_records(local, "train", BLIMP_COLUMNS + BLIMP_OPTIONAL + EVIDENCE_JSONL_FIELDS,
+                                    what=what, how_to_get=how)
+    if is_evidence_jsonl(dict.fromkeys(present)):
+        return records, "evidence_jsonl"
     missing = [c for c in BLIMP_COLUMNS if c not in present]
     if missing:
         raise BadInputError(f"{what} file {path} lacks the fields {missing} (has {sorted(present)})",
                             f"use BLiMP's JSON lines / parquet (fields {list(BLIMP_COLUMNS + BLIMP_OPTIONAL[:5])}) "
                             f"or saved evidence records")
-    return collect_pool(resolve_parses(_blimp(records, what), spacy_model), limit, what=what, source=source)
+    return records, str(local.name)
 
 
-@register_dataset("ra")
+#: pairs of BLiMP's anaphor_number_agreement
+BLIMP_PAIRS = 1000
+#: mean real tokens of an ra input: prefixes of 2-6 words (the paper: a mean of at least 4 tokens; a masked LM reads
+#: the whole sentence, about 7)
+MEAN_TOKENS = 7
+
+
+def _check_copy(task, options, findings) -> None:
+    """The head of a local copy: BLiMP's fields (or saved evidence records) and one readable record."""
+    records, _ = _records(task.path, options["paradigm"])
+    if next(iter(records), None) is None:
+        raise BadInputError(f"BLiMP {options['paradigm']} at {task.path} holds no records",
+                            _how_to_get(options["paradigm"]))
+
+
+def _parser(task, options, findings) -> None:
+    if needs_parser(task.path, options["paradigm"]):
+        where = task.path if task.path is not None else f"the hub's {HF_NAME}"
+        check_parser(task, options["spacy_model"], where, findings)
+
+
+@register_dataset(
+    "ra", options=(Option("paradigm", PARADIGM, "the BLiMP paradigm"),
+                   Option("spacy_model", SPACY_MODEL, "spaCy pipeline finding the antecedent in unannotated data")),
+    hub=HF_NAME, local_copy=f"<blimp> ({PARADIGM}.jsonl, or a folder holding {PARADIGM}/train-*.parquet)",
+    pool_size=BLIMP_PAIRS, tokens=MEAN_TOKENS, check=_check_copy, requirements=_parser,
+    formats=f"BLiMP's {PARADIGM}.jsonl (fields {', '.join(BLIMP_COLUMNS)}, ...), the hub's parquet layout "
+            f"({PARADIGM}/train-*.parquet), Ferrando et al.'s CSV with target / target_phrase columns, or saved "
+            "evidence records (JSON lines)")
 def _ra_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=ra``: options ``paradigm`` (default anaphor_number_agreement), ``spacy_model``."""
-    check_options(options, ("paradigm", "spacy_model"), "ra")
-    return load_ra(path, limit=limit, paradigm=str(options.get("paradigm", PARADIGM)),
-                   spacy_model=str(options.get("spacy_model", SPACY_MODEL)))
+    return load_ra(path, limit=limit, paradigm=str(options["paradigm"]), spacy_model=str(options["spacy_model"]))

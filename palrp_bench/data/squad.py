@@ -55,11 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInputError
+from ..errors import BadInputError, MissingDataError
 from .evidence_common import (EVIDENCE_JSONL_FIELDS, Dropped, EvidencePool, EvidenceSample, check_limit,
-                              check_options, collect_pool, first_word, is_evidence_jsonl, peek_records,
+                              collect_pool, first_word, is_evidence_jsonl, peek_records,
                               read_evidence_jsonl)
-from .registry import register_dataset
+from .registry import Option, register_dataset
 from .text_common import hub_records, load_hub_dataset
 
 HF_NAME = "rajpurkar/squad_v2"
@@ -221,11 +221,33 @@ def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: i
     return collect_pool(_qa_candidates(answerable, split, source), limit, what="SQuAD v2", source=source)
 
 
-@register_dataset("qa")
+#: answerable questions of each split (the qa pool before ``task.pool_size``)
+ANSWERABLE: dict[str, int] = {"validation": 5928, "train": 86821}
+#: where the official SQuAD v2 files are published
+SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
+#: mean real tokens of a qa prompt under LLaMA tokenizers (the decomposition-attribution paper: at least 193, plus
+#: the question); of the AttnLRP protocol's prompt under Flan-T5's tokenizer, and of its context alone (an estimate:
+#: paragraphs of about 120 words and questions of about 10 at about 1.4 SentencePiece tokens per word, plus the
+#: prompt's 7 tokens and EOS)
+QA_PROMPT_TOKENS, SQUAD_PROMPT_TOKENS, SQUAD_CONTEXT_TOKENS = 210, 200, 180
+_FORMATS = ("the official nested JSON (train-v2.0.json / dev-v2.0.json: data -> paragraphs -> qas) or a folder "
+            "holding it, or the hub's flat rows (squad_v2/{train,validation}-*.parquet, JSON lines, CSV; columns id, "
+            "title, context, question, answers{text, answer_start})")
+_SPLIT = Option("split", DEFAULT_SPLIT, "validation or train")
+
+
+def _check_qa(task, options, findings) -> None:
+    """The file read up to its first kept sample."""
+    load_qa(task.path, split=options["split"], limit=1)
+
+
+@register_dataset("qa", options=(_SPLIT,), hub=HF_NAME,
+                  local_copy="<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)",
+                  pool_size=lambda options: ANSWERABLE.get(options["split"]), tokens=QA_PROMPT_TOKENS,
+                  check=_check_qa, formats=_FORMATS + "; or saved evidence records (JSON lines)")
 def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
-    check_options(options, ("split",), "qa")
-    return load_qa(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit)
+    return load_qa(path, split=str(options["split"]), limit=limit)
 
 
 def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None,
@@ -259,13 +281,32 @@ def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLI
     return EvidencePool(chosen, dropped, source)
 
 
-@register_dataset("squad")
+def _check_squad(task, options, findings) -> None:
+    """A readable SQuAD v2 split with at least ``pool_size`` answerable questions (the AttnLRP protocol draws its
+    random sample from them)."""
+    split = options["split"]
+    official = OFFICIAL_FILES.get(split, "dev-v2.0.json")
+    path_fix = (findings.fix(f"task.path=<{official}>")
+                + f" (the official file, a folder holding it, or the hub's squad_v2/{split}-*.parquet; download "
+                  f"{SQUAD_URL}{official})")
+    try:
+        pool = load_squad_attnlrp(task.path, split=split, seed=options["seed"])
+    except (MissingDataError, BadInputError) as err:
+        findings.add(f"SQuAD v2 file {task.path} ({task.name}): {err.problem}", path_fix)
+        return
+    if task.pool_size is not None and len(pool) < task.pool_size:
+        findings.add(f"{task.path} holds {len(pool):,} answerable questions, fewer than pool_size={task.pool_size:,} "
+                     f"({task.name})", f"{path_fix}, or {findings.fix(f'task.pool_size={len(pool)}')}")
+
+
+@register_dataset("squad", options=(_SPLIT, Option("seed", ATTNLRP_ORDER_SEED, "seed of the random order")),
+                  hub=HF_NAME, local_copy="<dev-v2.0.json>", pool_size=lambda options: ANSWERABLE.get(options["split"]),
+                  tokens=SQUAD_PROMPT_TOKENS, context_tokens=SQUAD_CONTEXT_TOKENS, check=_check_squad,
+                  formats=_FORMATS)
 def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``) and ``seed`` (the
     random order, default :data:`ATTNLRP_ORDER_SEED`)."""
-    check_options(options, ("split", "seed"), "squad")
-    return load_squad_attnlrp(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit,
-                              seed=options.get("seed", ATTNLRP_ORDER_SEED))
+    return load_squad_attnlrp(path, split=str(options["split"]), limit=limit, seed=options["seed"])
 
 
 def normalize_answer(text: str) -> str:

@@ -29,11 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BadInputError, MissingDataError
-from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit, check_options,
+from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit,
                               collect_pool, content_sample_id, read_evidence_jsonl)
-from .evidence_parse import SPACY_MODEL, NeedsParse, resolve_parses
-from .registry import register_dataset
-from .text_common import iter_local_records
+from .evidence_parse import SPACY_MODEL, NeedsParse, check_parser, resolve_parses
+from .registry import Option, register_dataset
+from .text_common import first_record, iter_local_records
 
 MASK = "***mask***"
 GOLDBERG_FILE = "lgd_dataset.tsv"
@@ -183,12 +183,19 @@ def load_sva(path: str | Path | None, limit: int | None = None, spacy_model: str
     with _open_text(file) as handle:
         first = handle.readline()
         fields = first.rstrip("\r\n").split("\t")
-        if "orig_sentence" in fields or "verb_index" in fields:
+        if _tsv_format(fields, what) == "linzen_tsv":
             return collect_pool(_linzen(handle, fields), limit, what=what, source="linzen_tsv")
-        if len(fields) == 5 and MASK in fields[2]:
-            lines = _chain(first, handle)
-            return collect_pool(resolve_parses(_goldberg(lines, spacy_model), spacy_model), limit, what=what,
-                                source="goldberg_tsv")
+        lines = _chain(first, handle)
+        return collect_pool(resolve_parses(_goldberg(lines, spacy_model), spacy_model), limit, what=what,
+                            source="goldberg_tsv")
+
+
+def _tsv_format(fields: list[str], what: str) -> str:
+    """``linzen_tsv`` or ``goldberg_tsv`` from the first line's tab-separated fields, else a one-line error."""
+    if "orig_sentence" in fields or "verb_index" in fields:
+        return "linzen_tsv"
+    if len(fields) == 5 and MASK in fields[2]:
+        return "goldberg_tsv"
     raise BadInputError(f"{what} is neither Goldberg's TSV (5 tab-separated fields, the third with {MASK}) nor "
                         f"Linzen's (a header with {list(LINZEN_COLUMNS)}): its first line has {len(fields)} fields",
                         f"pass {GOLDBERG_FILE}, {LINZEN_FILE}[.gz] or saved evidence records "
@@ -200,8 +207,41 @@ def _chain(first: str, rest) -> Iterator[str]:
     yield from rest
 
 
-@register_dataset("sva")
+#: mean real tokens of an sva input: the prefix before the verb, about a dozen words (a masked LM reads the whole
+#: sentence: about twice that)
+MEAN_TOKENS = 20
+
+
+def _check_file(task, options, findings) -> None:
+    """The file's head: saved evidence records with their fields, or the first line of Goldberg's or Linzen's TSV
+    (Linzen's columns included)."""
+    file = _resolve(task.path)
+    what = f"sva file {file}"
+    if file.suffix in (".jsonl", ".json"):
+        first_record(file, "", ("sample_id", "task", "prefix", "suffix", "evidence", "target", "foil"),
+                     what="sva", how_to_get=_how_to_get())
+        return
+    with _open_text(file) as handle:
+        fields = handle.readline().rstrip("\r\n").split("\t")
+    if _tsv_format(fields, what) == "linzen_tsv":
+        missing = [c for c in LINZEN_COLUMNS if c not in fields]
+        if missing:
+            raise BadInputError(f"Linzen sva TSV lacks the columns {missing} (has {fields})",
+                                f"use agr_50_mostcommon_10K.tsv with the columns {list(LINZEN_COLUMNS)}")
+
+
+def _parser(task, options, findings) -> None:
+    if task.path is not None and needs_parser(task.path):
+        check_parser(task, options["spacy_model"], task.path, findings)
+
+
+@register_dataset(
+    "sva", options=(Option("spacy_model", SPACY_MODEL, "spaCy pipeline parsing files without a subject column"),),
+    needs_path=SOURCES, local_copy=f"<{GOLDBERG_FILE} or {LINZEN_FILE}.gz>", tokens=MEAN_TOKENS,
+    check=_check_file, requirements=_parser,
+    formats=f"Goldberg (2019)'s {GOLDBERG_FILE} (5 tab-separated fields, the third with {MASK}), Linzen et al. "
+            f"(2016)'s {LINZEN_FILE}[.gz] (a TSV with the columns {', '.join(LINZEN_COLUMNS)}), or saved evidence "
+            "records (JSON lines)")
 def _sva_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=sva``: a local file (``task.path``); option ``spacy_model`` (files without a subject column)."""
-    check_options(options, ("spacy_model",), "sva")
-    return load_sva(path, limit=limit, spacy_model=str(options.get("spacy_model", SPACY_MODEL)))
+    return load_sva(path, limit=limit, spacy_model=str(options["spacy_model"]))

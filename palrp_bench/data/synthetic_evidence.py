@@ -37,8 +37,8 @@ import torch
 
 from ..errors import BadInputError
 from .base import check_generator_args
-from .evidence_common import EvidencePool, EvidenceSample, check_options, collect_pool, render
-from .registry import register_dataset
+from .evidence_common import EvidencePool, EvidenceSample, collect_pool, render
+from .registry import Option, register_dataset
 from .synthetic_text import ASSET_DIR, SPECIAL_TOKENS, SYNTHETIC_SPLITS, build_tiny_tokenizer
 
 #: The asset folder (``model.source``) of the evidence model.
@@ -47,6 +47,10 @@ EVIDENCE_DIR = ASSET_DIR / EVIDENCE_KIND
 SYNTHETIC_EVIDENCE_TASKS: tuple[str, ...] = ("sva", "ra", "qa")
 _TASK_CODES = {"sva": 2, "ra": 3, "qa": 4}  # 0 and 1 are the text suite's (data/synthetic_text.py)
 DEFAULT_N = 128
+#: mean real tokens per sample under the evidence model's tokenizer, counted from the generators; the qa prompts'
+#: context tokens (2000 samples, the tiny T5's tokenizer)
+MEAN_TOKENS = {"sva": 8.0, "ra": 6.8, "qa": 25.4}
+MEAN_CONTEXT_TOKENS = {"qa": 11.7}
 
 OPENERS: tuple[str, ...] = ("Today", "Yesterday", "Sometimes", "Again")
 ADJECTIVES: tuple[str, ...] = ("old", "new", "small", "big", "red")
@@ -296,13 +300,16 @@ def contrast_logits(model: Any, tokenizer: Any, samples: Sequence[EvidenceSample
 
 
 def _register(task: str) -> None:
-    @register_dataset(f"synthetic_{task}")
+    @register_dataset(f"synthetic_{task}",
+                      options=(Option("n", DEFAULT_N, "samples"), Option("seed", 0, "generator seed"),
+                               Option("split", "test", "train | val | test")),
+                      pool_size=lambda options: options["n"], tokens=MEAN_TOKENS[task],
+                      context_tokens=MEAN_CONTEXT_TOKENS.get(task))
     def _load(path, limit, options, tokenizer) -> EvidencePool:
-        check_options(options, ("n", "seed", "split"), f"synthetic_{task}")
-        n = int(options.get("n", DEFAULT_N))
+        n = int(options["n"])
         if limit is not None:
             n = min(n, int(limit))
-        samples = _MAKERS[task](n, int(options.get("seed", 0)), str(options.get("split", "test")))
+        samples = _MAKERS[task](n, int(options["seed"]), str(options["split"]))
         return collect_pool(samples, None, what=f"synthetic_{task}", source="synthetic")
 
     _load.__doc__ = (f"``task.dataset=synthetic_{task}``: options ``n`` (default {DEFAULT_N}), ``seed`` (0), "

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import BadInputError, MissingDataError
 from .base import ImageSample, check_generator_args
-from .registry import register_dataset
+from .registry import Option, register_dataset
 
 #: Colour families of the object (the "what" half of the class) and their centre hue (HSV hue in [0, 1]).
 SYNTHETIC_COLOURS: tuple[str, ...] = ("red", "yellow", "green", "blue")
@@ -193,7 +193,10 @@ def load_tiny_vit(asset_dir: str | Path | None = None) -> torch.nn.Module:
     return model.eval()
 
 
-@register_dataset("synthetic_vision")
+@register_dataset("synthetic_vision",
+                  options=(Option("n", 64, "images"), Option("seed", 0, "generator seed"),
+                           Option("split", "test", "train | val | test")),
+                  pool_size=lambda options: options["n"])
 def _synthetic_vision_dataset(path, limit, options, tokenizer) -> list[ImageSample]:
     """``task.dataset=synthetic_vision``: options ``n``, ``seed``, ``split``."""
-    return make_synthetic_vision(int(options.get("n", 64)), int(options.get("seed", 0)), options.get("split", "test"))
+    return make_synthetic_vision(int(options["n"]), int(options["seed"]), options["split"])

@@ -34,7 +34,7 @@ TABLE_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
 __all__ = [
     "DATA_DIR_ENV", "default_data_dir", "one_line", "check_tokenizer", "check_max_length", "encode_with_bos",
     "encode_batch_with_bos", "check_text", "TextPool", "pad_right", "attention_mask", "check_unique_ids", "find_split_files", "iter_local_records",
-    "hub_offline", "hub_reachable", "load_hub_dataset", "hub_records", "real_token_count",
+    "hub_offline", "hub_reachable", "load_hub_dataset", "hub_records", "real_token_count", "first_record",
 ]
 
 
@@ -235,6 +235,9 @@ def find_split_files(path: Path, split: str, *, what: str, how_to_get: str) -> l
     path = Path(path).expanduser()
     if not path.exists():
         raise MissingDataError(f"{what} not found at {path}", how_to_get)
+    if path.is_file() and path.suffix not in TABLE_SUFFIXES:
+        raise BadInputError(f"{what} file {path} is not a table file ({', '.join(TABLE_SUFFIXES)})",
+                            f"pass the published format (docs/data.md); {how_to_get}")
     if path.is_file() or _is_saved_dataset(path):
         return [path]
     files = sorted(p for p in path.rglob("*")
@@ -245,18 +248,27 @@ def find_split_files(path: Path, split: str, *, what: str, how_to_get: str) -> l
     return files
 
 
+def _json_line(file: Path, number: int, line: str) -> dict:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{file} line {number} is not JSON ({err.msg})",
+                            "write one JSON record per line (JSON lines), e.g. {\"id\": 1, \"text\": \"...\"}") from None
+
+
 def _read_json_records(file: Path) -> Iterator[dict]:
     if file.suffix == ".jsonl":
         with file.open(encoding="utf-8") as handle:
-            for line in handle:
+            for number, line in enumerate(handle, 1):
                 if line.strip():
-                    yield json.loads(line)
+                    yield _json_line(file, number, line)
         return
     text = file.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
     except json.JSONDecodeError:  # JSON lines stored under a .json name (as `Dataset.to_json` writes them)
-        yield from (json.loads(line) for line in text.splitlines() if line.strip())
+        yield from (_json_line(file, number, line) for number, line in enumerate(text.splitlines(), 1)
+                    if line.strip())
         return
     if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
         keys = list(data)
@@ -321,6 +333,17 @@ def _columns_to_read(file: Path, columns: Sequence[str], optional: Sequence[str]
         raise BadInputError(f"{what} file {file} lacks the columns {missing} (has {sorted(present)})",
                             f"use the published format with columns {list(columns) + list(optional)}")
     return list(columns) + [c for c in optional if c in present]
+
+
+def first_record(path: str | Path, split: str, columns: Sequence[str], *, what: str, how_to_get: str,
+                 optional: Sequence[str] = ()) -> dict:
+    """The first record of ``split`` in a local copy, read as :func:`iter_local_records` reads it (the preflight's
+    check of a file's head: the format, the columns, one parsed record); a copy without records is a one-line
+    :class:`BadInputError`."""
+    first = next(iter_local_records(path, split, columns, what=what, how_to_get=how_to_get, optional=optional), None)
+    if first is None:
+        raise BadInputError(f"{what} at {path} holds no records", how_to_get)
+    return first
 
 
 def iter_local_records(path: str | Path, split: str, columns: Sequence[str], *, what: str, how_to_get: str,

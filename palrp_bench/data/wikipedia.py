@@ -20,14 +20,18 @@ from typing import Any
 from ..errors import BadInputError
 from .base import TextSample
 from .text_common import (TextPool, check_max_length, check_text, check_tokenizer, check_unique_ids,
-                          encode_batch_with_bos, hub_records, iter_local_records, load_hub_dataset)
-from .registry import register_dataset
+                          encode_batch_with_bos, first_record, hub_records, iter_local_records, load_hub_dataset)
+from .registry import Option, register_dataset
 
 HF_NAME = "wikimedia/wikipedia"
 HF_CONFIG = "20231101.en"
 OFFICIAL_LIMIT = 2500
 WIKI_MAX_LENGTH = 512
-_COLUMNS = ("id", "url", "title", "text")
+#: mean real tokens per article under LLaMA tokenizers: the first articles nearly all exceed 512
+MEAN_ARTICLE_TOKENS = 500
+#: columns the protocol needs (the stable sample id, the text) and the descriptive ones read when present
+_COLUMNS = ("id", "text")
+_OPTIONAL = ("url", "title")
 
 __all__ = ["load_wikipedia"]
 
@@ -42,7 +46,7 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
     """The first ``limit`` Wikipedia articles, tokenised with BOS and truncated to ``max_length`` tokens when first
     used (a :class:`~palrp_bench.data.text_common.TextPool`).
 
-    ``path``: a parquet / JSON-lines / CSV file with columns ``id, url, title, text``, a folder of
+    ``path``: a parquet / JSON-lines / CSV file with columns ``id, text`` (``url, title`` read when present), a folder of
     ``train-*`` shards (hub layout), or a ``save_to_disk`` folder; ``None`` streams the hub (or reads its
     cache with ``HF_DATASETS_OFFLINE=1``).
     """
@@ -56,9 +60,9 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
                                   how_to_get=how)
         records = hub_records(stream, name=HF_NAME, how_to_get=how)
     else:
-        records = iter_local_records(path, "train", _COLUMNS, what="Wikipedia", how_to_get=how)
+        records = iter_local_records(path, "train", _COLUMNS, what="Wikipedia", how_to_get=how, optional=_OPTIONAL)
     articles = [(f"wiki-{record['id']}", check_text(str(record["text"]), f"wiki-{record['id']}"),
-                 str(record["title"]), str(record["url"])) for record in islice(records, limit)]
+                 str(record.get("title", "")), str(record.get("url", ""))) for record in islice(records, limit)]
 
     def build(positions: list[int]) -> list[TextSample]:
         chosen = [articles[p] for p in positions]
@@ -73,7 +77,17 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
     return pool
 
 
-@register_dataset("wikipedia")
+def _check_copy(task, options, findings) -> None:
+    """The head of a local copy: a table with the columns ``id`` and ``text`` and one readable record."""
+    first_record(task.path, "train", _COLUMNS, what="Wikipedia", how_to_get=_how_to_get(), optional=_OPTIONAL)
+
+
+@register_dataset(
+    "wikipedia", options=(Option("max_length", WIKI_MAX_LENGTH, "tokens per article, BOS included"),),
+    hub=HF_NAME, streamed=True, local_copy="<wikipedia> (20231101.en/train-00000-of-00041.parquet)",
+    tokens=MEAN_ARTICLE_TOKENS, check=_check_copy,
+    formats="the hub's parquet shards (a folder holding 20231101.en/train-*.parquet, or one shard), JSON lines, "
+            "CSV or a save_to_disk folder; columns id, text (url, title read when present)")
 def _wikipedia_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=wikipedia``: option ``max_length``."""
-    return load_wikipedia(tokenizer, path=path, limit=limit, max_length=int(options.get("max_length", WIKI_MAX_LENGTH)))
+    return load_wikipedia(tokenizer, path=path, limit=limit, max_length=int(options["max_length"]))

@@ -49,33 +49,13 @@ class SampleCount:
     candidates: int = 0
 
 
-def pool_size(task, constants: CostConstants) -> int | None:
-    """Candidates of a task in dataset order: the dataset's size as the loader will see it (or the shipped
-    table), capped by ``task.pool_size``; None when unknown."""
-    from ..data.imagenet import IMAGENET_VAL_SIZE, PROTOCOL_SUBSET_SIZE
-    from ..data.imagenet_seg import IMAGENET_SEG_COUNT
-    from ..data.imdb import OFFICIAL_TEST_SIZE
+def pool_size(task) -> int | None:
+    """Candidates of a task in dataset order: the pool its dataset's spec gives for the task's options
+    (:meth:`~palrp_bench.data.registry.DatasetSpec.pool`), capped by ``task.pool_size``; None when unknown."""
+    from ..data.registry import dataset_spec
 
-    options, dataset = task.options, task.dataset
-    size: int | None
-    if dataset in ("synthetic_text", "synthetic_vision", "selftest"):
-        size = int(options.get("n", 40))
-    elif dataset in ("synthetic_sva", "synthetic_ra", "synthetic_qa"):
-        from ..data.synthetic_evidence import DEFAULT_N
-
-        size = int(options.get("n", DEFAULT_N))
-    elif dataset == "qa" and options.get("split", "validation") != "validation":
-        size = constants.pool_sizes.get(f"qa/{options['split']}")
-    elif dataset == "imagenet":
-        subset = options.get("subset", "protocol5000")
-        size = (PROTOCOL_SUBSET_SIZE if subset == "protocol5000" else IMAGENET_VAL_SIZE if subset == "all"
-                else int(subset))
-    elif dataset == "imagenet_seg":
-        size = int(options.get("expected_count") or IMAGENET_SEG_COUNT)
-    elif dataset == "imdb":
-        size = math.ceil(OFFICIAL_TEST_SIZE * constants.pool_sizes.get("imdb_rows", 50000))
-    else:
-        size = constants.pool_sizes.get(dataset)
+    spec = dataset_spec(task.dataset, f" (task {task.name})")
+    size = spec.pool(spec.resolve_options(task.options))
     if task.pool_size is not None:
         size = task.pool_size if size is None else min(size, task.pool_size)
     return size
@@ -101,7 +81,7 @@ def sample_count(cell: Cell, run_dir: Path, constants: CostConstants, max_sample
     from ..runner.selection import _known
 
     task = cell.task
-    pool = pool_size(task, constants)
+    pool = pool_size(task)
     rule = task.selection if isinstance(task.selection, Selection) else Selection(task.selection)
     wanted = task.select_count
     if rule == Selection.all:

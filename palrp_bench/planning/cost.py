@@ -249,26 +249,25 @@ class Work:
     decoder_tokens: float = 0.0
 
 
-def typical_tokens(task, constants: "CostConstants") -> float | None:
-    """Mean real tokens per sample of a text task (shipped table by dataset, capped at ``max_length``)."""
-    key = task.dataset
-    if task.dataset == "synthetic_text":
-        key = f"synthetic_text/{task.options.get('kind', 'cls')}"
-    tokens = constants.tokens.get(key)
-    if tokens is None:
-        return None
-    cap = task.options.get("max_length")
-    return float(min(tokens, cap) if cap else tokens)
+def _dataset(task):
+    """The task's dataset spec and its resolved options."""
+    from ..data.registry import dataset_spec
+
+    spec = dataset_spec(task.dataset, f" (task {task.name})")
+    return spec, spec.resolve_options(task.options)
+
+
+def typical_tokens(task) -> float | None:
+    """Mean real tokens per sample of a text task: its dataset's (:meth:`~palrp_bench.data.registry.DatasetSpec.
+    mean_tokens`, capped at ``max_length``); None when unknown."""
+    spec, options = _dataset(task)
+    return spec.mean_tokens(options)
 
 
 def _padded_length(task) -> int | None:
-    """Length every sample is padded to before the explanation (IMDB: max_length; synthetic sentiment: pad_to)."""
-    if task.dataset == "imdb":
-        from ..data.imdb import IMDB_MAX_LENGTH
-
-        return int(task.options.get("max_length", IMDB_MAX_LENGTH))
-    pad_to = task.options.get("pad_to")
-    return int(pad_to) if pad_to else None
+    """Length every sample is padded to before the explanation (its dataset's ``padded_length``; None: none)."""
+    spec, options = _dataset(task)
+    return spec.padded(options)
 
 
 def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n_features: int) -> float:
@@ -304,12 +303,12 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
     steps = getattr(cell.task, "perturbation_steps", None)
     attributor = get_method(cell.method).attributor
     if kind == "evidence":
-        real = typical_tokens(cell.task, constants)
+        real = typical_tokens(cell.task)
         if real is None:
             return None
         return Work(1, real, 0.0, real, explanation_forwards(cell, arch, constants, round(real)), attributor)
     if kind in ("text_classification", "next_token"):
-        real = typical_tokens(cell.task, constants)
+        real = typical_tokens(cell.task)
         if real is None:
             return None
         padded = _padded_length(cell.task) if kind == "text_classification" else None
@@ -331,10 +330,11 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
         return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
                     explanation_forwards(cell, arch, constants, patches), attributor)
     if kind == "seq2seq_qa":
-        real = typical_tokens(cell.task, constants)
+        real = typical_tokens(cell.task)
         if real is None:
             return None
-        context = float(constants.tokens.get(f"{cell.task.dataset}/context", real))
+        spec, options = _dataset(cell.task)
+        context = float(spec.mean_context_tokens(options) or real)
         # the greedy answer (correctness) costs about one more forward
         forwards = 1.0 + (_attnlrp_forwards(context, steps) if "attnlrp_perturbation" in metrics else 0.0)
         return Work(1, real, forwards, real, explanation_forwards(cell, arch, constants, round(context)), attributor,
@@ -388,8 +388,6 @@ class CostConstants:
     devices: dict[str, dict] = field(default_factory=dict)
     explain_cost: dict[str, float] = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
-    tokens: dict[str, float] = field(default_factory=dict)
-    pool_sizes: dict[str, int] = field(default_factory=dict)
     architectures: dict[str, dict] = field(default_factory=dict)
     assumed_accuracy: float = 0.9
     user_file: Path | None = None
@@ -472,8 +470,7 @@ def load_constants(user_file: Path | None = None) -> CostConstants:
             merged["origin"] = origin
             devices[kind] = merged
     return CostConstants(devices=devices, explain_cost=dict(shipped.get("explain_cost") or {}),
-                         memory=dict(shipped.get("memory") or {}), tokens=dict(shipped.get("tokens") or {}),
-                         pool_sizes=dict(shipped.get("pool_sizes") or {}),
+                         memory=dict(shipped.get("memory") or {}),
                          architectures=dict(shipped.get("architectures") or {}),
                          assumed_accuracy=float(shipped.get("assumed_accuracy", 0.9)), user_file=user_file,
                          aliases=dict(shipped.get("device_aliases") or {}))

@@ -11,10 +11,9 @@ of finding them one per invocation after a model load of minutes. Checked, in th
   task or a causal LM on a classification task;
 * models: embedded assets, DeiT checkpoint files, local checkpoint folders (``config.json`` and weights), the
   tokenizer each text model will load (:func:`palrp_bench.models.loading.tokenizer_source`);
-* datasets: local files with their expected sizes (IMDB rows, the 50,000 ImageNet validation images that
-  ``subset=protocol5000`` needs, the 4,276 entries of ``gtsegs_ijcv.mat``), using the dataset modules' own
-  constants and listing code; the evidence sets: sva's local file (on no hub), and spaCy with its English model
-  where a file marks no evidence (:func:`_evidence_checks`);
+* datasets: each task's dataset spec checks its own data (:meth:`palrp_bench.data.registry.DatasetSpec.preflight`:
+  the options, a local path the data needs, the head of ``task.path`` read in its format, expected sizes, and tools
+  such as a parser); without ``task.path`` its hub repository is checked with the models';
 * the hub, for everything not local: the local cache first (``huggingface_hub.try_to_load_from_cache``, no
   network). Offline (``HF_HUB_OFFLINE=1``) an uncached item is a problem. Online, ONE reachability probe
   (:data:`palrp_bench.hub.HUB_PROBE_TIMEOUT` seconds); when the hub does not answer, uncached items are problems
@@ -28,7 +27,6 @@ command line did not select that group.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,21 +39,8 @@ from ..runner.devices import DevicePlan
 from ..runner.plan import Cell
 
 __all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
-           "check_requirements", "local_checkpoint_problem", "HUB_DATASETS"]
+           "check_requirements", "local_checkpoint_problem"]
 
-#: hub datasets and the repository they come from (``task.path`` unset)
-HUB_DATASETS = {"arc": "allenai/ai2_arc", "wikipedia": "wikimedia/wikipedia", "ra": "nyu-mll/blimp",
-                "qa": "rajpurkar/squad_v2"}
-#: a local copy of each hub dataset (the fix that avoids the hub)
-LOCAL_COPIES = {"arc": "<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
-                "wikipedia": "<wikipedia> (20231101.en/train-00000-of-00041.parquet)",
-                "ra": "<blimp> (anaphor_number_agreement.jsonl, or a folder holding "
-                      "anaphor_number_agreement/train-*.parquet)",
-                "qa": "<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)"}
-#: the Hugging Face copy of IMDB (``task.options.source=hf`` without ``task.path``)
-HUB_IMDB = "stanfordnlp/imdb"
-#: hub datasets read by streaming: the loader never fills the local cache, so offline they need ``task.path``
-STREAMED_DATASETS = {"wikipedia"}
 DEIT_WEIGHTS_URL = "https://github.com/facebookresearch/deit"
 
 
@@ -286,158 +271,27 @@ def _tokenizer_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Over
 
 
 # ----------------------------------------------------------------------------------------------- datasets
-def _imdb_checks(task, found: Preflight, fix: _Overrides) -> None:
-    from ..data.imdb import KAGGLE_CSV_NAME, KAGGLE_URL, OFFICIAL_TEST_SIZE
-
-    if task.options.get("source", "kaggle_csv") == "hf":  # a local copy in the hub's parquet layout
-        from ..data.imdb import HF_NAME
-        from ..data.text_common import find_split_files
-
-        split = task.options.get("split", "test")
-        how = f"a folder with plain_text/{split}-*.parquet of {HF_NAME}"
-        try:
-            find_split_files(Path(task.path).expanduser(), split, what="IMDB (Hugging Face format)", how_to_get=how)
-        except (MissingDataError, BadInputError) as err:
-            found.add(f"IMDB ({HF_NAME} layout) at {task.path} ({task.name}): {err.problem}",
-                      fix("task", task.name, "task.path=<folder>") + f" ({how})")
-        return
-    csv = Path(task.path).expanduser()
-    if csv.is_dir():
-        csv = csv / KAGGLE_CSV_NAME
-    path_fix = fix("task", task.name, "task.path=<csv>") + f" (the Kaggle '{KAGGLE_CSV_NAME}': {KAGGLE_URL})"
-    if not csv.is_file():
-        found.add(f"IMDB CSV {csv} ({task.name}): no such file", path_fix)
-        return
-    import pandas as pd
-
-    try:
-        n_rows = len(pd.read_csv(csv, usecols=["sentiment"]))
-    except (OSError, ValueError) as err:
-        found.add(f"IMDB CSV {csv} ({task.name}) cannot be read as the Kaggle file "
-                  f"({str(err).splitlines()[0][:80]})", path_fix)
-        return
-    n_test = math.ceil(OFFICIAL_TEST_SIZE * n_rows)
-    if task.pool_size is not None and n_test < task.pool_size:
-        found.add(f"IMDB CSV {csv} has {n_rows} rows: its test part ({n_test}) is smaller than the pool of "
-                  f"{task.pool_size} ({task.name}; the Kaggle file has 50,000 rows)",
-                  path_fix + f", or {fix('task', task.name, f'task.pool_size={n_test}')}")
-
-
-def _imagenet_checks(task, found: Preflight, fix: _Overrides) -> None:
-    from ..data.imagenet import IMAGENET_VAL_SIZE, list_imagenet_val
-
-    path_fix = fix("task", task.name, "task.path=<imagenet>") + " (the folder holding val/)"
-    try:
-        listing = list_imagenet_val(task.path, task.options.get("labels_file"))
-    except (MissingDataError, BadInputError) as err:
-        found.add(f"ImageNet validation set at {task.path} ({task.name}): {err.problem}",
-                  f"{path_fix} ({err.fix})" if err.fix else path_fix)
-        return
-    count = len(listing.files)
-    subset = task.options.get("subset", "protocol5000")
-    if subset == "protocol5000" and count != IMAGENET_VAL_SIZE:
-        found.add(f"ImageNet at {task.path} holds {count:,} labelled images; subset=protocol5000 is defined on "
-                  f"all {IMAGENET_VAL_SIZE:,} ({task.name})",
-                  f"{path_fix} (the complete set), or {fix('task', task.name, 'task.options.subset=all')} "
-                  f"(or task.options.subset=<k> <= {count})")
-    elif isinstance(subset, int) and not isinstance(subset, bool) and subset > count:
-        found.add(f"ImageNet at {task.path} holds {count:,} labelled images, fewer than subset={subset} "
-                  f"({task.name})", fix("task", task.name, f"task.options.subset={count}"))
-
-
-def _imagenet_seg_checks(task, found: Preflight, fix: _Overrides) -> None:
-    from ..data.imagenet_seg import IMAGENET_SEG_COUNT, IMAGENET_SEG_FILENAME, IMAGENET_SEG_URL, load_imagenet_seg
-
-    path_fix = (fix("task", task.name, f"task.path=<{IMAGENET_SEG_FILENAME}>")
-                + f" (download {IMAGENET_SEG_URL}; python scripts/get_imagenet_seg.py checks it)")
-    try:
-        count = len(load_imagenet_seg(task.path, expected_count=None))
-    except (MissingDataError, BadInputError) as err:
-        found.add(f"ImageNet-segmentation file ({task.name}): {err.problem}", path_fix)
-        return
-    expected = task.options.get("expected_count", IMAGENET_SEG_COUNT)
-    if expected is not None and count != expected:
-        found.add(f"{task.path} holds {count:,} entries, expected {expected:,} ({task.name})",
-                  f"{path_fix}, or {fix('task', task.name, '++task.options.expected_count=null')} "
-                  "(evaluates the entries it has)")
-
-
-#: where the official SQuAD v2 files are published
-SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
-
-
-def _squad_checks(task, found: Preflight, fix: _Overrides) -> None:
-    """A readable SQuAD v2 split (nested JSON or the hub's flat rows) with at least ``pool_size`` answerable
-    questions (the AttnLRP protocol draws its random sample from them)."""
-    from ..data.squad import OFFICIAL_FILES, load_squad_attnlrp
-
-    split = str(task.options.get("split", "validation"))
-    official = OFFICIAL_FILES.get(split, "dev-v2.0.json")
-    path_fix = (fix("task", task.name, f"task.path=<{official}>")
-                + f" (the official file, a folder holding it, or the hub's squad_v2/{split}-*.parquet; download "
-                  f"{SQUAD_URL}{official})")
-    try:
-        pool = load_squad_attnlrp(task.path, split=split, seed=task.options.get("seed", 0))
-    except (MissingDataError, BadInputError) as err:
-        found.add(f"SQuAD v2 file {task.path} ({task.name}): {err.problem}", path_fix)
-        return
-    if task.pool_size is not None and len(pool) < task.pool_size:
-        found.add(f"{task.path} holds {len(pool):,} answerable questions, fewer than pool_size={task.pool_size:,} "
-                  f"({task.name})", f"{path_fix}, or {fix('task', task.name, f'task.pool_size={len(pool)}')}")
-
-
-#: ``task.dataset`` -> checks of its local file(s) and their expected sizes
-DATASET_CHECKS = {"imdb": _imdb_checks, "imagenet": _imagenet_checks, "imagenet_seg": _imagenet_seg_checks,
-                  "squad": _squad_checks}
-
-
-def _evidence_checks(task, found: Preflight, fix: _Overrides) -> None:
-    """The evidence sets (docs/evidence.md "Real data"): sva is on no hub (a local file of Goldberg or Linzen);
-    files without evidence annotations (Goldberg's TSV, BLiMP from the hub or its JSON lines) need spaCy and its
-    English model, which is not on PyPI."""
-    from ..data import ra, sva
-    from ..data.evidence_parse import SPACY_FIX, SPACY_MODEL, parser_missing
-
-    if task.dataset == "sva" and task.path is None:
-        found.add(f"sva data ({task.name}): not on the Hugging Face hub, it needs a local file",
-                  fix("task", task.name, "task.path=<lgd_dataset.tsv or agr_50_mostcommon_10K.tsv.gz>")
-                  + f" ({sva.SOURCES})")
-        return
-    if task.dataset == "sva":
-        parsed = sva.needs_parser(task.path)
-    elif task.dataset == "ra":
-        parsed = ra.needs_parser(task.path, str(task.options.get("paradigm", ra.PARADIGM)))
-    else:
-        return
-    model = str(task.options.get("spacy_model", SPACY_MODEL))
-    missing = parser_missing(model) if parsed else None
-    if missing is not None:
-        where = task.path if task.path is not None else f"the hub's {ra.HF_NAME}"
-        found.add(f"{missing} ({task.name}): {where} marks no evidence, which spaCy's parse finds",
-                  SPACY_FIX if model == SPACY_MODEL else
-                  f'pip install -e ".[evidence]" && python -m spacy download {model}')
-
-
 def _task_checks(task, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
-    if task.kind == "evidence":
-        _evidence_checks(task, found, fix)
+    """The task's dataset checks its data (:meth:`palrp_bench.data.registry.DatasetSpec.preflight`: options, what
+    it requires, the file's head in its format); without ``task.path``, its hub repository is a need."""
+    from ..data.registry import Findings, dataset_spec
+
+    spec = dataset_spec(task.dataset, f" (task {task.name})")
+    findings = Findings(task, lambda *assignments: fix("task", task.name, *assignments))
+    spec.preflight(task, findings)
+    for item, how in findings.problems:
+        found.add(item, how)
     if task.path is not None:
-        check = DATASET_CHECKS.get(task.dataset)
-        if check is not None:
-            check(task, found, fix)
-        elif not Path(task.path).expanduser().exists():
-            found.add(f"dataset file {task.path} ({task.name}): no such file or folder",
-                      fix("task", task.name, "task.path=<path>"))
         return
-    repo = HUB_DATASETS.get(task.dataset)
-    if task.dataset == "imdb" and task.options.get("source") == "hf":
-        repo = HUB_IMDB
+    try:
+        repo = spec.hub_repo(spec.resolve_options(task.options))
+    except BadInputError:
+        return  # listed above
     if repo is None:
         return
-    cached = task.dataset not in STREAMED_DATASETS and hub_cached(repo, "dataset")
-    local_copy = LOCAL_COPIES.get(task.dataset, "<path>")
+    cached = not spec.streamed and hub_cached(repo, "dataset")
     needs.append(_HubNeed(repo, "dataset", f"hub dataset {repo} ({task.name})", cached,
-                          fix("task", task.name, f"task.path={local_copy}"), check_access=False))
+                          fix("task", task.name, f"task.path={spec.local_copy}"), check_access=False))
 
 
 # ---------------------------------------------------------------------------------------------------- hub

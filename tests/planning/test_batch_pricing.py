@@ -78,7 +78,7 @@ def _constants(a=0.7, o=0.25, s=2e-3) -> CostConstants:
     values = {"seconds_per_unit": s, "overhead_s": o, "batch_overhead_s": a, "load_s_per_gparam": 10.0}
     shipped = load_constants()
     return CostConstants(devices={"cuda/Test GPU": {"profiles": {"decoder/bfloat16/none": values}}},
-                         explain_cost=shipped.explain_cost, memory=shipped.memory, tokens={"imdb": 300},
+                         explain_cost=shipped.explain_cost, memory=shipped.memory,
                          architectures=shipped.architectures)
 
 

@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from palrp_bench import catalog
+from palrp_bench.data.imdb import MEAN_REVIEW_TOKENS
+from palrp_bench.data.synthetic_evidence import MEAN_CONTEXT_TOKENS as EVIDENCE_CONTEXT_TOKENS, MEAN_TOKENS as EVIDENCE_TOKENS
+from palrp_bench.data.synthetic_text import MEAN_TOKENS
 from palrp_bench.planning import cost
 from palrp_bench.planning.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM, NLP_FORWARDS, VISION_FORWARDS, Architecture, CostConstants,
                                      Work, architecture_of, hf_architecture, estimate, load_constants,
@@ -165,7 +168,7 @@ def test_attnlrp_protocol_and_multi_pass_methods(tmp_path):
     constants = load_constants()
     work = sample_work(cell, architecture_of(cell.model), constants)
     n = sample.meta["n_tokens"]
-    assert sum(seen) == 2 * n and work.forwards == 2 * constants.tokens["synthetic_text/cls"]
+    assert sum(seen) == 2 * n and work.forwards == 2 * MEAN_TOKENS["cls"]
     r = constants.explain_cost["decoder/none"]
     ig = plan_cells(compose_cfg(tmp_path, "model=tiny_llama_cls", "task=synthetic_sentiment_attnlrp",
                                 "method=integrated_gradients"))[0]
@@ -182,7 +185,7 @@ def _constants(**profile) -> CostConstants:
                          explain_cost={"decoder/none": 2.0, "decoder/nf4": 8.0},
                          memory={"runtime_bytes": 1e9, "explain_per_hidden": 10, "explain_per_ffn": 4,
                                  "forward_per_hidden": 6, "forward_per_ffn": 3},
-                         tokens={"imdb": 300}, architectures=load_constants().architectures)
+                         architectures=load_constants().architectures)
 
 
 def test_estimate_arithmetic_follows_the_documented_formula(tmp_path):
@@ -194,17 +197,18 @@ def test_estimate_arithmetic_follows_the_documented_formula(tmp_path):
     body = layers * (d * d + 2 * d * 256 + d * d + 3 * d * ffn + 2 * d)  # q, k+v (4 kv heads of 64), o, mlp, norms
     assert hf_architecture(fields, "classifier").body_params == body
     per_token = lambda t: body + 2 * t * d * layers  # noqa: E731
-    units = (1 * 2.0 * 512 * per_token(512) + NLP_FORWARDS * 300 * per_token(300)) / 1e9
-    assert result.work == Work(1, 512.0, NLP_FORWARDS, 300.0, 2.0)  # LRP: one forward + one backward = r
+    real = MEAN_REVIEW_TOKENS  # the dataset's mean tokens per review (data/imdb.py)
+    units = (1 * 2.0 * 512 * per_token(512) + NLP_FORWARDS * real * per_token(real)) / 1e9
+    assert result.work == Work(1, 512.0, NLP_FORWARDS, float(real), 2.0)  # LRP: one forward + one backward = r
     assert result.units_per_sample == pytest.approx(units, rel=1e-12)
     assert result.per_sample == pytest.approx(0.5 + 2e-3 * units, rel=1e-12)
     assert result.seconds == pytest.approx(10 * result.per_sample, rel=1e-12)
     params = hf_architecture(fields, "classifier").params
     assert result.load_seconds == pytest.approx(10.0 * params / 1e9)
-    assert result.select_per_candidate == pytest.approx(2e-3 * 300 * per_token(300) / 1e9)
+    assert result.select_per_candidate == pytest.approx(2e-3 * real * per_token(real) / 1e9)
     # memory: runtime + bf16 weights + the larger of explanation and forward activations
     explain = 8 * 512 * layers * ((10 * d + 4 * ffn) + 2 * heads * 512) * 2
-    forward = 64 * 300 * ((6 * d + 3 * ffn) + heads * 300) * 2
+    forward = 64 * real * ((6 * d + 3 * ffn) + heads * real) * 2
     assert result.peak_bytes == pytest.approx(1e9 + params * 2 + max(explain, forward))
 
 
@@ -280,7 +284,7 @@ def test_an_encoder_decoder_is_priced_by_its_encoder_and_decoder_blocks():
     cell = SimpleNamespace(model=catalog.load("model", "tiny_t5"), task=catalog.load("task", "synthetic_squad"),
                            method="pa_lrp", metrics=("attnlrp_perturbation", "iou"))
     work = sample_work(cell, arch, constants)
-    tokens, context = constants.tokens["synthetic_qa"], constants.tokens["synthetic_qa/context"]
+    tokens, context = EVIDENCE_TOKENS["qa"], EVIDENCE_CONTEXT_TOKENS["qa"]
     assert (work.explanations, work.explain_tokens, work.decoder_tokens) == (1, tokens, 1.0)
     assert work.forwards == 1 + 2 * context
     one = (tokens * (arch.body_params + 2 * tokens * 48 * 2) + arch.decoder_params + 2 * tokens * 48 * 2) / 1e9

@@ -79,7 +79,7 @@ def _constants() -> CostConstants:
     return CostConstants(devices={"cpu": {"measured_on": "test machine", "run_overhead_s": 7.0,
                                           "profiles": {"decoder/bfloat16/none": values}}},
                          explain_cost={"decoder/none": 2.0}, memory={"runtime_bytes": 1e9},
-                         tokens={"imdb": 300}, architectures=load_constants().architectures, assumed_accuracy=0.8)
+                         architectures=load_constants().architectures, assumed_accuracy=0.8)
 
 
 def test_plan_arithmetic_equals_the_cost_model(tmp_path):
@@ -110,8 +110,7 @@ def test_uncalibrated_devices_say_so_instead_of_a_time(tmp_path):
     cfg = compose_cfg(tmp_path / "run", "model=tinyllama", "task=imdb", "method=pa_lrp")
     cells = plan_cells(cfg)
     budget = plan_budget(cells, plan_jobs(cfg, cells, 1), tmp_path / "run", ("cpu",), cfg.runner,
-                         CostConstants(explain_cost=constants.explain_cost, tokens=constants.tokens,
-                                       architectures=constants.architectures))
+                         CostConstants(explain_cost=constants.explain_cost, architectures=constants.architectures))
     text = format_plan(budget, None, [], 1)
     assert budget.total_device_seconds() is None and "uncal." in text and "total: ? device-hours" in text
     assert "mode=calibrate" in text

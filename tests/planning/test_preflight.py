@@ -17,6 +17,8 @@ from palrp_bench.planning.preflight import MissingRequirementsError, check_requi
 from runner.harness import compose_cfg, fake_cuda_devices
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data"
+#: a local ARC-Easy copy in the hub layout (its preflight reads the head of each split)
+ARC_COPY = FIXTURES / "fixtures_text" / "arc"
 CPU = resolve_devices(["cpu"], n_cuda=0)
 NO_GPU = resolve_devices(["auto"], n_cuda=0)
 _OVERRIDE = re.compile(r"^[+~]*[a-z_][a-z_.]*=(\S+)$")
@@ -203,7 +205,7 @@ def test_online_hub_access_is_checked_per_model(online, monkeypatch, access, exp
     monkeypatch.setattr(preflight, "hub_reachable", lambda **_: True)
     asked = []
     monkeypatch.setattr(preflight, "hub_access", lambda repo, repo_type: asked.append(repo) or access)
-    found = _problems(online, "model=llama3_8b", "task=mcqa", "method=pa_lrp", "task.path=.")
+    found = _problems(online, "model=llama3_8b", "task=mcqa", "method=pa_lrp", f"task.path={ARC_COPY}")
     assert asked == ["meta-llama/Llama-3.1-8B-Instruct"] and found.hub == "online"
     if expected is None:
         assert found.problems == []

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from ...data.registry import dataset_spec, load_dataset
 from ...data.sample_ids import stable_hash
-from ...errors import BadInputError
+from ...data.selftest import SelftestSample
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from . import register_task
 from .base import SampleResult, nonfinite_result
-
-
-@dataclass
-class SelftestSample:
-    sample_id: str
-    index: int
 
 
 def selftest_values(sample_id: str, method: str) -> dict[str, np.ndarray]:
@@ -50,18 +44,14 @@ class SelftestAdapter:
     model_kinds = ("none",)  # the numbers come from the sample ids: no model
 
     def load_samples(self, task, bundle) -> list[SelftestSample]:
-        n = int(task.options.get("n", 40))
-        if n < 1:
-            raise BadInputError(f"task.options.n must be >= 1, got {n}", "set task.options.n to a positive integer")
-        return [SelftestSample(f"selftest-{i:05d}", i) for i in range(n)]
+        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options)
 
     def correct(self, bundle, samples, ctx) -> list[bool]:
         return [selftest_correct(s.sample_id) for s in samples]
 
     def evaluate(self, bundle, samples, ctx, metrics=("selftest",)) -> list[SampleResult]:
-        options = ctx.task.options
-        delay = float(options.get("delay_s", 0.0))
-        every = int(options.get("nonfinite_every", 0))
+        options = dataset_spec(ctx.task.dataset).resolve_options(ctx.task.options)
+        delay, every = float(options["delay_s"]), int(options["nonfinite_every"])
         results = []
         for sample in samples:
             if delay:
