@@ -119,9 +119,9 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
         constants = load_constants()
         priced_on = plan_device(cfg.runner, constants)
     jobs = plan_jobs(cfg, cells, priced_on.n_workers if priced_on is not None else devices.n_workers)
-    from .models.loading import OFFLINE_LOADERS
+    from .models.loading import loader_spec
 
-    if all(c.model.loader in OFFLINE_LOADERS for c in cells):
+    if all(loader_spec(c.model.loader).offline for c in cells):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
     if mode == Mode.plan:

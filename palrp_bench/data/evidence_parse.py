@@ -63,7 +63,7 @@ def parser_missing(model: str = SPACY_MODEL) -> str | None:
 
 def check_parser(task, model: str, where: str, findings) -> None:
     """The preflight's problem when the data at ``where`` marks no evidence and the parser that finds it (spaCy
-    with ``model``) is not installed (:class:`~palrp_bench.data.registry.Findings`)."""
+    with ``model``) is not installed (:class:`~palrp_bench.findings.Findings`)."""
     missing = parser_missing(model)
     if missing is not None:
         findings.add(f"{missing} ({task.name}): {where} marks no evidence, which spaCy's parse finds",

@@ -32,11 +32,12 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import BadInputError, MissingDataError
+from ..findings import Findings
 from .base import TextSample
 from .text_common import (TextPool, check_max_length, check_text, check_tokenizer, check_unique_ids,
                           default_data_dir, encode_batch_with_bos, first_record, hub_records, iter_local_records,
                           load_hub_dataset, pad_right)
-from .registry import Findings, Option, register_dataset
+from .registry import Option, register_dataset
 
 #: Label index -> sentiment name (official mapping: positive -> 0, negative -> 1).
 IMDB_LABELS: tuple[str, ...] = ("positive", "negative")

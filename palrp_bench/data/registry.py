@@ -15,14 +15,16 @@ the task's options with every default filled in (:meth:`DatasetSpec.resolve_opti
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..discovery import Registry
 from ..errors import BadInputError, MissingDataError
+from ..findings import Findings
+from ..hub import hub_cached
 
-__all__ = ["DATASETS", "DatasetSpec", "Option", "Findings", "register_dataset", "dataset_spec", "load_dataset",
+__all__ = ["DATASETS", "DatasetSpec", "Option", "register_dataset", "dataset_spec", "load_dataset",
            "sample_ids_of"]
 
 #: ``task.dataset`` -> :class:`DatasetSpec`
@@ -56,26 +58,6 @@ class Option:
         names = " or ".join(t.__name__ for t in types if t is not type(None))
         raise BadInputError(f"task.options.{self.name} of dataset {dataset} must be {names}, got {value!r}",
                             f"set task.options.{self.name} to {names}, e.g. {self.default!r}")
-
-
-@dataclass
-class Findings:
-    """What a dataset's preflight check reports for one task: problems, each with its fix written as the
-    command-line overrides that apply it (:meth:`fix` writes ``task=<name> ...`` when the command line did not
-    select the task)."""
-
-    task: Any
-    overrides: Callable[..., str] = lambda *assignments: " ".join(assignments)
-    problems: list[tuple[str, str]] = field(default_factory=list)
-
-    def add(self, item: str, fix: str) -> None:
-        if (item, fix) not in self.problems:
-            self.problems.append((item, fix))
-
-    def fix(self, *assignments: str) -> str:
-        """The command line of ``assignments`` for this task (``task.path=<csv>`` -> ``task=imdb task.path=<csv>``
-        when the task group was not selected)."""
-        return self.overrides(*assignments)
 
 
 def _constant(value):
@@ -152,7 +134,8 @@ class DatasetSpec:
     def preflight(self, task, findings: Findings) -> None:
         """Every problem of ``task``'s data this machine shows before anything loads: its options, what the dataset
         requires besides the data (:attr:`requirements`), a path it needs, then the path read by :attr:`check`
-        (which says itself what is missing; without one, a path that does not exist is the problem)."""
+        (which says itself what is missing; without one, a path that does not exist is the problem); without
+        ``task.path``, the hub repository it reads is a need (:class:`~palrp_bench.findings.Findings`)."""
         try:
             options = self.resolve_options(task.options)
         except BadInputError as err:
@@ -161,9 +144,14 @@ class DatasetSpec:
         if self.requirements is not None:
             self.requirements(task, options, findings)
         if task.path is None:
+            repo = self.hub_repo(options)
             if self.needs_path is not None:
                 findings.add(f"{self.name} data ({task.name}): not on the Hugging Face hub, it needs a local file",
                              findings.fix(f"task.path={self.local_copy}") + f" ({self.needs_path})")
+            elif repo is not None:
+                findings.need(repo, "dataset", f"hub dataset {repo} ({task.name})",
+                              not self.streamed and hub_cached(repo, "dataset"),
+                              findings.fix(f"task.path={self.local_copy}"))
             return
         if self.check is None:
             if not Path(task.path).expanduser().exists():

@@ -15,36 +15,29 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 from ..discovery import Registry
 from ..errors import BadInputError, MissingDataError, UnsupportedModelError
-from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, is_local_path
+from ..findings import Findings
+from ..fingerprints import path_fingerprint, source_fingerprint
+from ..hub import (TOKENIZER_FILES, WEIGHT_FILES, cached_hub_file, hub_model_cached, hub_offline, hub_reachable,
+                   hub_tokenizer_cached, is_local_path)
+from .architecture import Architecture, hf_architecture, timm_architecture, torchvision_architecture, vit_architecture
+from .heads import auto_class
 
-__all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
-           "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
+__all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS", "LoaderSpec",
+           "register_loader", "loader_spec", "load_model", "DTYPES", "tokenizer_source", "holds_tokenizer",
            "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
-           "AUTO_CLASSES", "auto_class", "random_model"]
+           "local_checkpoint_problem", "random_model"]
 
 log = logging.getLogger(__name__)
 
 #: dtype names of the model configs (torch attribute names)
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-
-
-#: the ``transformers`` auto class of each text ``model.kind`` (the head)
-AUTO_CLASSES = {"causal": "AutoModelForCausalLM", "classifier": "AutoModelForSequenceClassification",
-                "masked_lm": "AutoModelForMaskedLM", "seq2seq": "AutoModelForSeq2SeqLM"}
-
-
-def auto_class(kind: str):
-    """The ``transformers`` auto class loading a model of ``kind`` (:data:`AUTO_CLASSES`), else a one-line error."""
-    import transformers
-
-    if kind not in AUTO_CLASSES:
-        raise BadInputError(f"unknown model kind {kind!r}", f"use one of: {', '.join(AUTO_CLASSES)}")
-    return getattr(transformers, AUTO_CLASSES[kind])
 
 
 def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bfloat16",
@@ -319,18 +312,8 @@ def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer
 
     from .registry import positional_kind_of
 
-    if loader == "embedded_text":
-        from ..data.synthetic_text import ASSET_DIR
-
-        path = ASSET_DIR / source / "config.json"
-        fields = json.loads(path.read_text()) if path.is_file() else None
-    else:
-        cfg = SimpleNamespace(source=source, base_model=base_model, tokenizer=tokenizer)
-        found = hf_config_json(cfg)
-        fields = found[0] if found is not None else None
-        for candidate in (source, base_model):
-            if fields is None and candidate:
-                fields = _downloaded_config(str(candidate))
+    cfg = SimpleNamespace(loader=loader, source=source, base_model=base_model, tokenizer=tokenizer)
+    fields = loader_spec(loader).text_config(cfg)
     if fields is None:
         raise MissingDataError(f"cannot tell the architecture of model source {source!r}: no config.json found "
                                "(local folder, hub cache or hub)",
@@ -340,13 +323,13 @@ def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer
 
 def positional_kind_of_config(cfg) -> str | None:
     """The positional kind (a name of :mod:`palrp_bench.lrp.positional`, e.g. ``learned_absolute``, ``rope``) of
-    the twin a text model config will be explained with, read from its ``config.json`` before any weight loads
-    (:func:`hf_config_json`; for a hub model not in the cache the file alone is fetched when the hub may be asked);
-    None for models that are not text models (``timm``, ``torchvision``, ``embedded_vit``, ``selftest``) or whose
+    the twin a text model config will be explained with, read from its ``config.json`` before any weight loads (its
+    loader's :attr:`~LoaderSpec.text_config`; for a hub model not in the cache the file alone is fetched when the
+    hub may be asked); None for models whose loader reads no text model config (vision, the self-test) or whose
     ``model_type`` no twin covers. A text model whose ``config.json`` is nowhere is a one-line
     :class:`~palrp_bench.errors.MissingDataError`."""
     loader = str(getattr(cfg.loader, "value", cfg.loader))
-    if loader not in ("hf", "embedded_text"):
+    if loader_spec(loader).text_config is None:
         return None
     return _positional_kind(loader, str(cfg.source), getattr(cfg, "base_model", None), getattr(cfg, "tokenizer", None))
 
@@ -364,21 +347,141 @@ def load_tokenizer(name_or_path: str):
 
 
 # ---------------------------------------------------------------------------------------------------- registry
-#: ``model.loader`` -> function ``(config, device) -> (model, tokenizer)``; ``config`` has the fields of a model
-#: config (``source``, ``kind``, ``dtype``, ``quantization``, ``checkpoint``, ``tokenizer``)
+@dataclass(frozen=True)
+class LoaderSpec:
+    """One ``model.loader``: the function loading a model config on a device, ``(config, device) -> (model,
+    tokenizer)`` (``config`` has the fields of a model config: ``source``, ``kind``, ``dtype``, ``quantization``,
+    ``checkpoint``, ``tokenizer``), and what planning reads of it before anything loads:
+
+    * ``offline``: it never touches the network (the embedded default runs with the hub switched off);
+      ``loads_model``: it loads a model at all (the self-test's does not);
+    * ``architecture(config, known)``: the :class:`~palrp_bench.models.architecture.Architecture` the cost model
+      prices (``known``: hub id -> config.json fields of public base models), None when nothing describes it;
+    * ``text_config(config)``: the ``config.json`` fields of the text model it will load (None: a loader of no text
+      model), what fixes the twin's positional kind before the weights load;
+    * ``identity(config)``: what identifies its weights and tokenizer, by content where they are files
+      (:mod:`palrp_bench.fingerprints`), the key of the user cache;
+    * ``check(config, findings)``: the preflight of its weights, assets and tokenizer
+      (:class:`~palrp_bench.findings.Findings`: problems with fixes, hub needs);
+    * ``missing_weights(config)``: what a local checkpoint lacks (None: nothing, or not a local checkpoint).
+    """
+
+    name: str
+    load: Callable[[Any, str], tuple[Any, Any]]
+    architecture: Callable[[Any, dict | None], Architecture | None]
+    identity: Callable[[Any], dict]
+    offline: bool = False
+    loads_model: bool = True
+    text_config: Callable[[Any], dict | None] | None = None
+    check: Callable[[Any, Findings], None] | None = None
+    missing_weights: Callable[[Any], str | None] = lambda cfg: None
+
+
+#: ``model.loader`` -> :class:`LoaderSpec`
 LOADERS = Registry("model loader", "model.loader")
 
 
-def register_loader(name: str):
-    """Decorator: the function loading models of ``model.loader == name``."""
-    return LOADERS.register(name)
+def register_loader(name: str, **spec):
+    """Decorator: the function loading models of ``model.loader == name`` and the rest of its :class:`LoaderSpec`."""
+    def deco(load):
+        LOADERS.register(name)(LoaderSpec(name, load, **spec))
+        return load
+    return deco
+
+
+def loader_spec(name: str, context: str = "") -> LoaderSpec:
+    """The registered :class:`LoaderSpec` of ``name`` (one-line error naming the loaders otherwise)."""
+    return LOADERS.lookup(str(getattr(name, "value", name)), context)
 
 
 def _value(x):
     return getattr(x, "value", x)
 
 
-@register_loader("hf")
+# ------------------------------------------------------------------------------------ what the loaders share
+NO_SUCH_FOLDER = "no such folder"
+DEIT_WEIGHTS_URL = "https://github.com/facebookresearch/deit"
+
+
+def local_checkpoint_problem(source: str | Path) -> str | None:
+    """What a local checkpoint folder lacks (``no such folder``, no ``config.json``, no weights), or None when it
+    holds a saved Hugging Face model."""
+    folder = Path(source).expanduser()
+    if not folder.exists():
+        return NO_SUCH_FOLDER
+    if not (folder / "config.json").is_file():
+        return "no config.json in it (not a saved Hugging Face model)"
+    if not any((folder / w).is_file() for w in WEIGHT_FILES):
+        return f"no weights in it ({', '.join(WEIGHT_FILES[:2])}, ...)"
+    return None
+
+
+def _config_architecture(cfg, known: dict | None) -> Architecture | None:
+    """A Hugging Face model's architecture from the first ``config.json`` that describes it (:func:`hf_config_json`)."""
+    found = hf_config_json(cfg, known)
+    return None if found is None else hf_architecture(found[0], _value(cfg.kind), found[1])
+
+
+def _checkpoint_config(cfg) -> dict | None:
+    """``config.json`` of a Hugging Face checkpoint: local, cached, else fetched alone when the hub may be asked."""
+    found = hf_config_json(cfg)
+    fields = found[0] if found is not None else None
+    for candidate in (cfg.source, getattr(cfg, "base_model", None)):
+        if fields is None and candidate:
+            fields = _downloaded_config(str(candidate))
+    return fields
+
+
+def _source_identity(cfg) -> dict:
+    """Weights (and a named tokenizer) by the content of their source: a local folder or a cached hub snapshot."""
+    identity = {"weights": source_fingerprint(cfg.source)}
+    if getattr(cfg, "tokenizer", None):
+        identity["tokenizer"] = source_fingerprint(cfg.tokenizer)
+    return identity
+
+
+def _tokenizer_checks(cfg, findings: Findings) -> None:
+    tokenizer = tokenizer_source(cfg)
+    tok_fix = findings.fix("model.tokenizer=<tokenizer>") + " (a hub id or folder)"
+    if is_local_path(tokenizer):
+        if Path(tokenizer).expanduser().exists() and not holds_tokenizer(tokenizer):
+            findings.add(f"tokenizer of {cfg.name}: {tokenizer} holds no tokenizer files "
+                         "(tokenizer.json, tokenizer_config.json, tokenizer.model)", tok_fix)
+        elif not Path(tokenizer).expanduser().exists() and tokenizer != str(cfg.source):
+            findings.add(f"tokenizer folder {tokenizer} ({cfg.name}): no such folder", tok_fix)
+        return
+    if tokenizer == str(cfg.source):
+        return  # the hub model's own repository: checked with the model
+    findings.need(tokenizer, "model", f"hub tokenizer {tokenizer} ({cfg.name})", hub_tokenizer_cached(tokenizer),
+                  tok_fix, check_access=True)
+
+
+def _missing_local_weights(cfg) -> str | None:
+    source = str(cfg.source)
+    return local_checkpoint_problem(source) if is_local_path(source) else None
+
+
+# ------------------------------------------------------------------------------------------------ the loaders
+def _check_hf(cfg, findings: Findings) -> None:
+    """A local checkpoint folder holds a saved model (its fix says how to train a missing classifier:
+    ``findings.weights_hint``), a hub model is a need; then its tokenizer."""
+    source = str(cfg.source)
+    what = "finetuned weights" if _value(cfg.kind) == "classifier" else "checkpoint"
+    if is_local_path(source):
+        problem = local_checkpoint_problem(source)
+        if problem is not None:
+            findings.add(f"{what} {source} ({cfg.name}): {problem}",
+                         findings.fix("model.source=<folder>") + findings.weights_hint)
+        if problem == NO_SUCH_FOLDER:
+            return  # its tokenizer depends on what the folder will hold
+    else:
+        findings.need(source, "model", f"hub model {source} ({cfg.name})", hub_model_cached(source),
+                      findings.fix("model.source=<folder>"), check_access=True)
+    _tokenizer_checks(cfg, findings)
+
+
+@register_loader("hf", architecture=_config_architecture, identity=_source_identity, text_config=_checkpoint_config,
+                 check=_check_hf, missing_weights=_missing_local_weights)
 def _load_hf(cfg, device: str):
     quant = None if _value(cfg.quantization) == "none" else _value(cfg.quantization)
     device_map = {"": device} if quant is not None else None
@@ -389,12 +492,44 @@ def _load_hf(cfg, device: str):
     return model, load_tokenizer(tokenizer_source(cfg))
 
 
-@register_loader("timm")
+def _check_timm(cfg, findings: Findings) -> None:
+    """The ``model.checkpoint`` file, or timm's pretrained weights from the hub (cache)."""
+    fix = findings.fix("model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})"
+    if cfg.checkpoint is not None:
+        if not Path(cfg.checkpoint).expanduser().is_file():
+            findings.add(f"DeiT checkpoint file {cfg.checkpoint} ({cfg.name})", fix)
+        return
+    repo = timm_weights_repo(cfg.source) or f"timm/{timm_tagged(cfg.source)}"
+    findings.need(repo, "model", f"pretrained weights {repo} ({cfg.name})", cached_hub_file(repo) is not None, fix)
+
+
+def _timm_identity(cfg) -> dict:
+    """A timm name with its pretrained tag identifies published, immutable weights by name; a checkpoint file by
+    content."""
+    return {"weights": source_fingerprint(cfg.checkpoint) if cfg.checkpoint else {"name": cfg.source},
+            "architecture": cfg.source}
+
+
+@register_loader("timm", architecture=lambda cfg, known: timm_architecture(str(cfg.source), getattr(cfg, "options", None)),
+                 identity=_timm_identity, check=_check_timm)
 def _load_timm(cfg, device: str):
     return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint, **dict(cfg.options or {})).to(device).eval(), None
 
 
-@register_loader("torchvision")
+def _check_torchvision(cfg, findings: Findings) -> None:
+    """The weights file: ``model.checkpoint``, else torchvision's cache (downloaded unless the network is off)."""
+    from .torchvision_vit import weights_file
+
+    path = Path(cfg.checkpoint).expanduser() if cfg.checkpoint else weights_file(cfg.source)
+    if not path.is_file() and (cfg.checkpoint or hub_offline()):
+        findings.add(f"torchvision weights {path} ({cfg.name}): no such file"
+                     + ("" if cfg.checkpoint else " and the network is switched off (HF_HUB_OFFLINE=1)"),
+                     findings.fix("model.checkpoint=<weights.pth>") + " (or run once with network: torchvision "
+                                                                       "downloads them)")
+
+
+@register_loader("torchvision", architecture=lambda cfg, known: torchvision_architecture(str(cfg.source)),
+                 identity=_source_identity, check=_check_torchvision)
 def _load_torchvision(cfg, device: str):
     """torchvision ViTs (the AttnLRP paper's ViT-B-16) as timm models: ``source`` = ``<builder>.<weights>``."""
     from .torchvision_vit import load_torchvision_vit
@@ -402,7 +537,39 @@ def _load_torchvision(cfg, device: str):
     return load_torchvision_vit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
 
 
-@register_loader("embedded_text")
+def _embedded_text_config(cfg) -> dict | None:
+    from ..data.synthetic_text import ASSET_DIR
+
+    path = ASSET_DIR / str(cfg.source) / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _embedded_text_architecture(cfg, known) -> Architecture:
+    return hf_architecture(_embedded_text_config(cfg), _value(cfg.kind), f"embedded {cfg.source}")
+
+
+def _embedded_text_identity(cfg) -> dict:
+    from ..data.synthetic_text import ASSET_DIR, tiny_tokenizer_dir
+
+    return {"weights": {"content": path_fingerprint(ASSET_DIR / str(cfg.source))},
+            "tokenizer": {"content": path_fingerprint(tiny_tokenizer_dir(str(cfg.source)))}}
+
+
+def _missing_assets(cfg, findings: Findings, paths, script: str) -> None:
+    for path in paths:
+        if not path.is_file():
+            findings.add(f"embedded asset {path} ({cfg.name})", f"recreate it: python scripts/{script}")
+
+
+def _check_embedded_text(cfg, findings: Findings) -> None:
+    from ..data.synthetic_text import ASSET_DIR, tiny_tokenizer_dir
+
+    _missing_assets(cfg, findings, [ASSET_DIR / cfg.source / "model.safetensors",
+                                    tiny_tokenizer_dir(cfg.source) / "tokenizer.json"], "train_tiny_text.py")
+
+
+@register_loader("embedded_text", architecture=_embedded_text_architecture, identity=_embedded_text_identity,
+                 text_config=_embedded_text_config, check=_check_embedded_text, offline=True)
 def _load_embedded_text(cfg, device: str):
     from ..data import synthetic_text
 
@@ -410,14 +577,39 @@ def _load_embedded_text(cfg, device: str):
     return model.to(device).eval(), synthetic_text.load_tiny_tokenizer(kind=cfg.source)
 
 
-@register_loader("embedded_vit")
+def _embedded_vit_architecture(cfg, known) -> Architecture:
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    from ..data.synthetic_vision import tiny_vit_paths
+
+    config = json.loads(tiny_vit_paths()[1].read_text())
+    with torch.device("meta"):
+        module = VisionTransformer(**config["timm_kwargs"])
+    return vit_architecture(module, "embedded tiny ViT")
+
+
+def _embedded_vit_identity(cfg) -> dict:
+    from ..data.synthetic_vision import tiny_vit_paths
+
+    return {"weights": {"content": [path_fingerprint(p) for p in tiny_vit_paths()]}}
+
+
+def _check_embedded_vit(cfg, findings: Findings) -> None:
+    from ..data.synthetic_vision import tiny_vit_paths
+
+    _missing_assets(cfg, findings, tiny_vit_paths(), "train_tiny_vit.py")
+
+
+@register_loader("embedded_vit", architecture=_embedded_vit_architecture, identity=_embedded_vit_identity,
+                 check=_check_embedded_vit, offline=True)
 def _load_embedded_vit(cfg, device: str):
     from ..data import synthetic_vision
 
     return synthetic_vision.load_tiny_vit().to(device).eval(), None
 
 
-@register_loader("random")
+@register_loader("random", architecture=_config_architecture, identity=_source_identity, offline=True)
 def _load_random(cfg, device: str):
     """A model with random weights built from a Hugging Face config (tests, benchmarks, offline checks; no
     download): ``model.options`` holds the config's fields (``model_type`` first), ``options.seed`` (default 0) the
@@ -454,16 +646,13 @@ def random_model(options: dict, *, kind: str = "causal", dtype: str = "float32")
     return cls.from_config(config).to(getattr(torch, dtype)).eval()
 
 
-@register_loader("selftest")
+@register_loader("selftest", architecture=lambda cfg, known: Architecture("none", source="no model"),
+                 identity=lambda cfg: {"weights": {"name": "selftest"}}, offline=True, loads_model=False)
 def _load_nothing(cfg, device: str):
     """The harness self-test has no model."""
     return None, None
 
 
-#: loaders that never touch the network (the embedded default runs with the hub switched off)
-OFFLINE_LOADERS = ("embedded_text", "embedded_vit", "random", "selftest")
-
-
 def load_model(cfg, device: str):
     """``(model, tokenizer)`` of a model config on ``device`` via its ``loader`` (:data:`LOADERS`)."""
-    return LOADERS.lookup(_value(cfg.loader), f" (model {cfg.name})")(cfg, device)
+    return loader_spec(cfg.loader, f" (model {cfg.name})").load(cfg, device)

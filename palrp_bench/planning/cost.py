@@ -46,11 +46,11 @@ import json
 import math
 import platform
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BadInputError
-from ..models.loading import AUTO_CLASSES, hf_config_json
+from ..models.architecture import Architecture, hf_architecture
+from ..models.loading import loader_spec
 from ..numerics import device_kind as accelerator_kind
 from ..runner.user_cache import user_cache_dir
 
@@ -78,158 +78,13 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 
 
 # ------------------------------------------------------------------------------------------- architectures
-@dataclass(frozen=True)
-class Architecture:
-    """What the cost model needs of a model: its family (``decoder``, ``vit``, ``none``), parameter counts and
-    shape. ``tokens`` / ``pixels``: the fixed token count (patches + class token) and input pixels of a ViT.
-    ``source``: where the numbers come from (a config.json, a known architecture, the timm definition)."""
-
-    family: str
-    params: int = 0
-    body_params: int = 0
-    linear_params: int = 0
-    layers: int = 0
-    hidden: int = 0
-    ffn: int = 0
-    heads: int = 0
-    attention_width: int = 0
-    tokens: int | None = None
-    source: str = ""
-    pixels: int | None = None
-    #: an encoder-decoder's decoder blocks (the fields above are then its encoder's)
-    decoder_params: int = 0
-    decoder_layers: int = 0
-
-
-def _blocks(module):
-    """The transformer blocks of a model: its ``ModuleList`` holding the most parameters."""
-    import torch
-
-    lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
-    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
-
-
-def _linear_params(modules) -> int:
-    """Parameters of the linear layers (``nn.Linear``; GPT-2's ``Conv1D``) in ``modules``: what NF4 quantizes."""
-    import torch
-
-    return sum(p.numel() for block in modules for m in block.modules()
-               if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D" for p in m.parameters(recurse=False))
-
-
-@lru_cache(maxsize=64)
-def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Architecture:
-    import torch
-    import transformers
-
-    fields = json.loads(config_json)
-    untied = fields.get("tie_word_embeddings") is False  # what the checkpoint's config.json declares
-    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
-    cls = getattr(transformers, AUTO_CLASSES.get(kind, "AutoModel"))
-    with torch.device("meta"):
-        model = cls.from_config(config)
-    hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
-    params = sum(p.numel() for p in model.parameters())
-    if getattr(config, "is_encoder_decoder", False):
-        encoder, decoder = _blocks(model.get_encoder()), _blocks(model.get_decoder())
-        if untied:  # T5 v1.1 / Flan-T5: transformers 5 builds every T5 head tied, but these checkpoints hold their own
-            params += model.get_output_embeddings().weight.numel()
-        width = heads * int(getattr(config, "d_kv", None) or hidden // heads)
-        return Architecture("seq2seq", params, sum(p.numel() for p in encoder.parameters()),
-                            _linear_params(encoder) + _linear_params(decoder), len(encoder), hidden,
-                            int(getattr(config, "d_ff", None) or 4 * hidden), heads, width, None, source,
-                            decoder_params=sum(p.numel() for p in decoder.parameters()), decoder_layers=len(decoder))
-    blocks = _blocks(model)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
-    ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None)
-              or getattr(config, "n_inner", None) or 4 * hidden)
-    return Architecture("decoder", sum(p.numel() for p in model.parameters()),
-                        sum(p.numel() for p in blocks.parameters()), _linear_params(blocks), len(blocks), hidden,
-                        ffn, heads, heads * head_dim, None, source)
-
-
-def hf_architecture(config: dict, kind: str, source: str = "") -> Architecture:
-    """The :class:`Architecture` of a Hugging Face model from its ``config.json`` fields and ``model.kind``: the
-    library's own class instantiated on the meta device (no memory, no weights), so every family transformers
-    knows is counted exactly (equals ``model.num_parameters()``, tested). The body is the model's largest
-    ``ModuleList`` (its transformer blocks); an encoder-decoder's is its encoder's, its decoder's blocks are
-    ``decoder_params`` / ``decoder_layers`` (family ``seq2seq``)."""
-    return _hf_architecture_cached(json.dumps(config, sort_keys=True), kind, source)
-
-
-def _vit_architecture(module, source: str) -> Architecture:
-    import torch
-
-    blocks = list(module.blocks)
-    mlp_widths = [m.out_features for m in blocks[0].mlp.modules() if isinstance(m, torch.nn.Linear)]
-    hidden = int(module.embed_dim)
-    height, width = getattr(module.patch_embed, "img_size", None) or (224, 224)
-    return Architecture("vit", sum(p.numel() for p in module.parameters()),
-                        sum(p.numel() for b in blocks for p in b.parameters()), _linear_params(blocks), len(blocks),
-                        hidden, int(max(mlp_widths, default=4 * hidden)), int(blocks[0].attn.num_heads), hidden,
-                        int(module.patch_embed.num_patches + module.num_prefix_tokens), source, int(height * width))
-
-
-@lru_cache(maxsize=64)
-def _timm_architecture(name: str, options_json: str = "{}") -> Architecture:
-    import timm
-    import torch
-
-    base = name.partition(".")[0]
-    with torch.device("meta"):
-        module = timm.create_model(base, pretrained=False, **json.loads(options_json))
-    return _vit_architecture(module, f"timm definition of {base}")
-
-
-@lru_cache(maxsize=16)
-def _torchvision_architecture(source: str) -> Architecture:
-    """A torchvision ViT as the timm ViT it is loaded as (:mod:`palrp_bench.models.torchvision_vit`)."""
-    import torch
-    from timm.models.vision_transformer import VisionTransformer
-
-    from ..models.torchvision_vit import weights_of
-
-    builder, weights = weights_of(source)
-    with torch.device("meta"):
-        tv = builder(weights=None, num_classes=len(weights.meta["categories"]))
-        module = VisionTransformer(img_size=tv.image_size, patch_size=tv.patch_size, embed_dim=tv.hidden_dim,
-                                   depth=len(tv.encoder.layers), num_heads=tv.encoder.layers[0].num_heads,
-                                   mlp_ratio=tv.mlp_dim / tv.hidden_dim, num_classes=tv.num_classes, qkv_bias=True)
-    return _vit_architecture(module, f"torchvision definition of {source}")
-
-
 def architecture_of(model, constants: "CostConstants | None" = None) -> Architecture | None:
-    """The :class:`Architecture` of a model config without loading weights, or None when nothing describes it
-    (a local checkpoint that is not here and no known ``model.base_model``)."""
+    """The :class:`~palrp_bench.models.architecture.Architecture` of a model config without loading weights (its
+    loader's, :meth:`~palrp_bench.models.loading.LoaderSpec.architecture`, with the shipped table of known
+    architectures), or None when nothing describes it (a local checkpoint that is not here and no known
+    ``model.base_model``)."""
     constants = constants or load_constants()
-    loader = model.loader
-    kind = getattr(model.kind, "value", model.kind)
-    if loader == "selftest":
-        return Architecture("none", source="no model")
-    if loader == "timm":
-        options = dict(getattr(model, "options", None) or {})
-        return _timm_architecture(str(model.source), json.dumps(options, sort_keys=True))
-    if loader == "torchvision":
-        return _torchvision_architecture(str(model.source))
-    if loader == "embedded_vit":
-        import torch
-        from timm.models.vision_transformer import VisionTransformer
-
-        from ..data.synthetic_vision import tiny_vit_paths
-
-        config = json.loads(tiny_vit_paths()[1].read_text())
-        with torch.device("meta"):
-            module = VisionTransformer(**config["timm_kwargs"])
-        return _vit_architecture(module, "embedded tiny ViT")
-    if loader == "embedded_text":
-        from ..data.synthetic_text import ASSET_DIR
-
-        path = ASSET_DIR / str(model.source) / "config.json"
-        return hf_architecture(json.loads(path.read_text()), kind, f"embedded {model.source}")
-    found = hf_config_json(model, constants.architectures)
-    if found is None:
-        return None
-    return hf_architecture(found[0], kind, found[1])
+    return loader_spec(model.loader, f" (model {model.name})").architecture(model, constants.architectures)
 
 
 # -------------------------------------------------------------------------------------------------- work

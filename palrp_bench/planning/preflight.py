@@ -28,20 +28,16 @@ command line did not select that group.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..errors import BadInputError, MissingDataError
+from ..errors import MissingDataError
+from ..findings import Findings, HubNeed
+from ..hub import ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, hub_access, hub_endpoint, hub_offline, hub_reachable
+from ..models.loading import loader_spec
 from ..schema import MODEL_KIND_WORDS
-from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, WEIGHT_FILES, cached_hub_file, hub_access,
-                   hub_cached, hub_endpoint, hub_model_cached, hub_offline, hub_reachable, hub_tokenizer_cached,
-                   is_local_path)
 from ..runner.devices import DevicePlan
 from ..runner.plan import Cell
 
-__all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight",
-           "check_requirements", "local_checkpoint_problem"]
-
-DEIT_WEIGHTS_URL = "https://github.com/facebookresearch/deit"
+__all__ = ["Problem", "Preflight", "MissingRequirementsError", "run_preflight", "check_requirements"]
 
 
 @dataclass(frozen=True)
@@ -112,19 +108,6 @@ class Preflight:
             self.problems.append(problem)
 
 
-@dataclass
-class _HubNeed:
-    """Something a cell takes from the hub: ``repo`` (model or dataset), why (``what``), whether the local cache
-    has it, the fix that avoids the hub, and whether to check gated access."""
-
-    repo: str
-    repo_type: str
-    what: str
-    cached: bool
-    fix: str
-    check_access: bool
-
-
 class _Overrides:
     """Writes fixes as command-line overrides, prefixing ``group=<name>`` when the command line did not select
     the group (``task.path=...`` alone is refused without ``task=...``)."""
@@ -145,11 +128,10 @@ def _kind(model) -> str:
 def _example_model(kinds: tuple[str, ...]) -> str | None:
     """A shipped model of one of ``kinds`` to name in a fix (one that runs offline first)."""
     from .. import catalog
-    from ..models.loading import OFFLINE_LOADERS
 
     shipped = [catalog.load("model", name) for name in catalog.available("model")]
     matching = sorted((m for m in shipped if _kind(m) in kinds),
-                      key=lambda m: (m.loader not in OFFLINE_LOADERS, m.name))
+                      key=lambda m: (not loader_spec(m.loader).offline, m.name))
     return matching[0].name if matching else None
 
 
@@ -165,137 +147,44 @@ def _kind_checks(cell: Cell, found: Preflight) -> None:
     need = " or ".join(MODEL_KIND_WORDS.get(k, k) for k in kinds)
     example = _example_model(kinds)
     fix = f"pick {need}" + (f", e.g. model={example}" if example else "")
-    if kind == "none" and cell.model.loader != "selftest":
+    if kind == "none" and loader_spec(cell.model.loader).loads_model:
         fix += f", or set model.kind={kinds[0]} if {cell.model.name} is one"
     found.add(f"model {cell.model.name} is {MODEL_KIND_WORDS.get(kind, kind)} (kind {kind}), but task "
               f"{cell.task.name} ({cell.task.kind}) needs {need} (kind {' or '.join(kinds)})", fix)
 
 
 # ------------------------------------------------------------------------------------------------- models
-def _embedded_assets(model) -> list[Path]:
-    if model.loader == "embedded_text":
-        from ..data.synthetic_text import ASSET_DIR, tiny_tokenizer_dir
+def _model_checks(model, found: Preflight, needs: list[HubNeed], fix: _Overrides) -> None:
+    """The model's loader checks its weights, assets and tokenizer (:attr:`~palrp_bench.models.loading.LoaderSpec.
+    check`); a classifier whose finetuned weights are missing is told how to train them."""
+    from .training import training_hint
 
-        return [ASSET_DIR / model.source / "model.safetensors", tiny_tokenizer_dir(model.source) / "tokenizer.json"]
-    if model.loader == "embedded_vit":
-        from ..data.synthetic_vision import tiny_vit_paths
-
-        return list(tiny_vit_paths())
-    return []
-
-
-NO_SUCH_FOLDER = "no such folder"
-
-
-def local_checkpoint_problem(source: str | Path) -> str | None:
-    """What a local checkpoint folder lacks (``no such folder``, no ``config.json``, no weights), or None when it
-    holds a saved Hugging Face model."""
-    folder = Path(source).expanduser()
-    if not folder.exists():
-        return NO_SUCH_FOLDER
-    if not (folder / "config.json").is_file():
-        return "no config.json in it (not a saved Hugging Face model)"
-    if not any((folder / w).is_file() for w in WEIGHT_FILES):
-        return f"no weights in it ({', '.join(WEIGHT_FILES[:2])}, ...)"
-    return None
-
-
-def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
-    name = model.name
-    for path in _embedded_assets(model):
-        if not path.is_file():
-            found.add(f"embedded asset {path} ({name})",
-                      "recreate it: python scripts/train_tiny_text.py / python scripts/train_tiny_vit.py")
-    if model.loader == "torchvision":
-        from ..models.torchvision_vit import weights_file
-
-        path = Path(model.checkpoint).expanduser() if model.checkpoint else weights_file(model.source)
-        if not path.is_file() and (model.checkpoint or hub_offline()):
-            found.add(f"torchvision weights {path} ({name}): no such file"
-                      + ("" if model.checkpoint else " and the network is switched off (HF_HUB_OFFLINE=1)"),
-                      fix("model", name, "model.checkpoint=<weights.pth>")
-                      + " (or run once with network: torchvision downloads them)")
+    spec = loader_spec(model.loader, f" (model {model.name})")
+    if spec.check is None:
         return
-    if model.loader == "timm":
-        if model.checkpoint is not None:
-            if not Path(model.checkpoint).expanduser().is_file():
-                found.add(f"DeiT checkpoint file {model.checkpoint} ({name})",
-                          fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})")
-        else:
-            from ..models.loading import timm_tagged, timm_weights_repo
-
-            repo = timm_weights_repo(model.source) or f"timm/{timm_tagged(model.source)}"
-            needs.append(_HubNeed(repo, "model", f"pretrained weights {repo} ({name})",
-                                  cached_hub_file(repo) is not None,
-                                  fix("model", name, "model.checkpoint=<deit.pth>") + f" (the official weights: {DEIT_WEIGHTS_URL})",
-                                  check_access=False))
-        return
-    if model.loader != "hf":
-        return
-    source = str(model.source)
-    finetuned = getattr(model.kind, "value", model.kind) == "classifier"
-    what = "finetuned weights" if finetuned else "checkpoint"
-    source_fix = fix("model", name, "model.source=<folder>")
-    if finetuned:
-        quantized = " --quantized" if getattr(model.quantization, "value", model.quantization) == "nf4" else ""
-        source_fix += (" (train one: python scripts/finetune_imdb.py --model "
-                       f"{model.base_model or '<base_model>'}{quantized} --output-dir <dir>; use <dir>/best)")
-    if is_local_path(source):
-        problem = local_checkpoint_problem(source)
-        if problem is not None:
-            found.add(f"{what} {source} ({name}): {problem}", source_fix)
-        if problem == NO_SUCH_FOLDER:
-            return  # its tokenizer depends on what the folder will hold
-    else:
-        needs.append(_HubNeed(source, "model", f"hub model {source} ({name})", hub_model_cached(source),
-                              fix("model", name, "model.source=<folder>"), check_access=True))
-    _tokenizer_checks(model, found, needs, fix)
-
-
-def _tokenizer_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
-    from ..models.loading import holds_tokenizer, tokenizer_source
-
-    tokenizer = tokenizer_source(model)
-    tok_fix = fix("model", model.name, "model.tokenizer=<tokenizer>") + " (a hub id or folder)"
-    if is_local_path(tokenizer):
-        if Path(tokenizer).expanduser().exists() and not holds_tokenizer(tokenizer):
-            found.add(f"tokenizer of {model.name}: {tokenizer} holds no tokenizer files "
-                      "(tokenizer.json, tokenizer_config.json, tokenizer.model)", tok_fix)
-        elif not Path(tokenizer).expanduser().exists() and tokenizer != str(model.source):
-            found.add(f"tokenizer folder {tokenizer} ({model.name}): no such folder", tok_fix)
-        return
-    if tokenizer == str(model.source):
-        return  # the hub model's own repository: checked with the model
-    needs.append(_HubNeed(tokenizer, "model", f"hub tokenizer {tokenizer} ({model.name})",
-                          hub_tokenizer_cached(tokenizer), tok_fix, check_access=True))
+    findings = Findings(model, lambda *assignments: fix("model", model.name, *assignments),
+                        weights_hint=training_hint(model))
+    spec.check(model, findings)
+    for item, how in findings.problems:
+        found.add(item, how)
+    needs.extend(findings.needs)
 
 
 # ----------------------------------------------------------------------------------------------- datasets
-def _task_checks(task, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:
+def _task_checks(task, found: Preflight, needs: list[HubNeed], fix: _Overrides) -> None:
     """The task's dataset checks its data (:meth:`palrp_bench.data.registry.DatasetSpec.preflight`: options, what
-    it requires, the file's head in its format); without ``task.path``, its hub repository is a need."""
-    from ..data.registry import Findings, dataset_spec
+    it requires, the file's head in its format; without ``task.path``, the hub repository it reads)."""
+    from ..data.registry import dataset_spec
 
-    spec = dataset_spec(task.dataset, f" (task {task.name})")
     findings = Findings(task, lambda *assignments: fix("task", task.name, *assignments))
-    spec.preflight(task, findings)
+    dataset_spec(task.dataset, f" (task {task.name})").preflight(task, findings)
     for item, how in findings.problems:
         found.add(item, how)
-    if task.path is not None:
-        return
-    try:
-        repo = spec.hub_repo(spec.resolve_options(task.options))
-    except BadInputError:
-        return  # listed above
-    if repo is None:
-        return
-    cached = not spec.streamed and hub_cached(repo, "dataset")
-    needs.append(_HubNeed(repo, "dataset", f"hub dataset {repo} ({task.name})", cached,
-                          fix("task", task.name, f"task.path={spec.local_copy}"), check_access=False))
+    needs.extend(findings.needs)
 
 
 # ---------------------------------------------------------------------------------------------------- hub
-def _hub_checks(needs: list[_HubNeed], found: Preflight) -> None:
+def _hub_checks(needs: list[HubNeed], found: Preflight) -> None:
     if not needs:
         return
     offline_models = hub_offline("model")
@@ -348,7 +237,7 @@ def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[st
                   "runner.devices=[cpu] (runs them on the CPU anyway; mode=plan shows how long that takes)")
     for cell in cells:
         _kind_checks(cell, found)
-    needs: list[_HubNeed] = []
+    needs: list[HubNeed] = []
     seen_models: set[str] = set()
     seen_tasks: set[str] = set()
     for cell in cells:
@@ -358,7 +247,7 @@ def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[st
         if repr(cell.task) not in seen_tasks:
             seen_tasks.add(repr(cell.task))
             _task_checks(cell.task, found, needs, fix)
-    unique: dict[tuple[str, str, str], _HubNeed] = {}
+    unique: dict[tuple[str, str, str], HubNeed] = {}
     for need in needs:
         unique.setdefault((need.repo, need.repo_type, need.what), need)
     _hub_checks(list(unique.values()), found)

@@ -34,15 +34,14 @@ from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..hub import is_local_path
-from .cost import (NF4_BYTES_PER_PARAM, Architecture, CostConstants, architecture_of, format_bytes, forward_units,
-                   load_constants)
-from .preflight import local_checkpoint_problem
+from ..models.architecture import Architecture, hf_architecture
+from ..models.loading import hf_config_json, loader_spec
+from .cost import NF4_BYTES_PER_PARAM, CostConstants, architecture_of, format_bytes, forward_units, load_constants
 
 __all__ = ["Recipe", "OFFICIAL_RECIPE", "TrainingConstants", "SHIPPED_TRAINING_CONSTANTS", "load_training_constants",
            "Setting", "Memory", "TrainingEstimate", "ClassifierTraining", "classifier_architecture",
            "trainable_params", "training_memory", "training_units", "estimate_training", "settings_to_try",
-           "cheapest_fit", "verdict", "needs_training", "price_missing_classifiers", "SCRIPT"]
+           "cheapest_fit", "verdict", "needs_training", "training_hint", "price_missing_classifiers", "SCRIPT"]
 
 SHIPPED_TRAINING_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "training_defaults.yaml"
 #: the script that trains a classifier (named in plans and fixes)
@@ -178,12 +177,12 @@ def _gpu(kind: str) -> bool:
 
 # -------------------------------------------------------------------------------------------- architecture
 def classifier_architecture(name_or_path: str, constants: CostConstants | None = None) -> Architecture | None:
-    """The :class:`~palrp_bench.planning.cost.Architecture` of the 2-label classifier built from a base checkpoint
-    (a local folder's ``config.json``, the hub cache's, or the shipped table of known architectures), without
-    loading weights; None when nothing describes it."""
-    model = SimpleNamespace(name=str(name_or_path), loader="hf", kind="classifier", source=str(name_or_path),
-                            base_model=None, tokenizer=None)
-    return architecture_of(model, constants)
+    """The :class:`~palrp_bench.models.architecture.Architecture` of the 2-label classifier built from a base
+    checkpoint (a local folder's ``config.json``, the hub cache's, or the shipped table of known architectures),
+    without loading weights; None when nothing describes it."""
+    constants = constants or load_constants()
+    found = hf_config_json(SimpleNamespace(source=str(name_or_path)), constants.architectures)
+    return None if found is None else hf_architecture(found[0], "classifier", found[1])
 
 
 def trainable_params(arch: Architecture, head_only: bool) -> int:
@@ -325,12 +324,21 @@ def verdict(plain: TrainingEstimate, best: TrainingEstimate | None) -> str:
 
 # ---------------------------------------------------------------------------------------------------- plans
 def needs_training(model) -> bool:
-    """A classifier config (``loader: hf``, ``kind: classifier``) whose ``source`` is a local folder without a saved
-    model: its finetuned weights are missing and ``scripts/finetune_imdb.py`` trains them."""
+    """A classifier config whose loader finds its local checkpoint folder without a saved model
+    (:attr:`~palrp_bench.models.loading.LoaderSpec.missing_weights`): its finetuned weights are missing and
+    ``scripts/finetune_imdb.py`` trains them."""
     kind = getattr(model.kind, "value", model.kind)
-    source = str(model.source)
-    return (model.loader == "hf" and kind == "classifier" and is_local_path(source)
-            and local_checkpoint_problem(source) is not None)
+    return kind == "classifier" and loader_spec(model.loader).missing_weights(model) is not None
+
+
+def training_hint(model) -> str:
+    """What the preflight adds to the fix of a classifier's missing weights: the command that trains them from its
+    ``base_model`` (empty for the other kinds)."""
+    if getattr(model.kind, "value", model.kind) != "classifier":
+        return ""
+    quantized = " --quantized" if getattr(model.quantization, "value", model.quantization) == "nf4" else ""
+    return (f" (train one: python {SCRIPT} --model {getattr(model, 'base_model', None) or '<base_model>'}{quantized} "
+            "--output-dir <dir>; use <dir>/best)")
 
 
 @dataclass(frozen=True)

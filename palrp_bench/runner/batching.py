@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..atomic_io import write_json_atomic
 from ..errors import BadInputError, is_out_of_memory
-from .user_cache import digest, model_fingerprint, user_cache_dir
+from ..fingerprints import digest
+from .user_cache import model_fingerprint, user_cache_dir
 
 log = logging.getLogger("palrp_bench.runner")
 

@@ -47,7 +47,8 @@ from ..data.registry import sample_ids_of
 from ..errors import BadInputError
 from ..schema import Selection
 from .plan import Cell
-from .user_cache import data_fingerprint, digest, model_fingerprint, user_cache_dir
+from ..fingerprints import digest
+from .user_cache import data_fingerprint, model_fingerprint, user_cache_dir
 
 log = logging.getLogger(__name__)
 

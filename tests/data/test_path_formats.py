@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.data.registry import DATASETS, Findings, load_dataset
+from palrp_bench.data.registry import DATASETS, load_dataset
+from palrp_bench.findings import Findings
 from palrp_bench.data.synthetic_text import load_tiny_tokenizer
 from runner.harness import NO_GPU, run_cli
 

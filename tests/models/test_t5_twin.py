@@ -249,11 +249,11 @@ def test_twin_leaves_the_model_untouched():
 
 def test_the_shipped_configs_load_offline_and_name_their_checkpoints():
     from palrp_bench import catalog
-    from palrp_bench.models.loading import OFFLINE_LOADERS, load_model
+    from palrp_bench.models.loading import load_model, loader_spec
 
     for name, gated in (("tiny_t5_random", True), ("tiny_t5_original", False)):
         cfg = catalog.load("model", name)
-        assert cfg.loader in OFFLINE_LOADERS and cfg.kind.value == "seq2seq"
+        assert loader_spec(cfg.loader).offline and cfg.kind.value == "seq2seq"
         model, tokenizer = load_model(cfg, "cpu")
         assert type(model).__name__ == "T5ForConditionalGeneration" and not model.training
         assert model.config.is_gated_act == gated and len(tokenizer) <= model.config.vocab_size
