@@ -36,7 +36,8 @@ ALLOWED = {
     "runner": {"evaluation", "models", "data", "metrics", "lrp", "methods", "schema", "catalog", "report"},
     # planning prices what the runner would do (its cells and jobs, stored samples, remembered batch sizes) and
     # measures it (calibration loads and evaluates like a job); the runner never imports planning
-    "planning": {"runner", "evaluation", "models", "data", "metrics", "lrp", "methods", "schema", "catalog"},
+    "planning": {"runner", "evaluation", "models", "data", "metrics", "lrp", "methods", "attributors", "schema",
+                 "catalog"},
     # one invocation by mode: plan, calibrate, run (after the preflight), report
     "app": {"planning", "runner", "report", "models", "schema"},
     "cli": {"app", "runner", "schema", "catalog"},

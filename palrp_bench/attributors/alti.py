@@ -276,7 +276,24 @@ def alti_logit_terms(call: AttributorCall) -> dict:
             "explained": explained}
 
 
-@register_attributor("alti_logit")
+def alti_memory(arch, tokens: float, batch_size: int, width: int) -> float:
+    """Bytes one ALTI / ALTI-Logit explanation holds above the weights (docs/baselines.md "ALTI and ALTI-Logit",
+    memory), with ``B`` the batch, ``T`` the tokens, ``L`` blocks, ``H`` heads, ``D`` the width of ``arch`` (a
+    :class:`~palrp_bench.models.architecture.Architecture`), ``b = width`` bytes per element of the model's dtype and
+    ``a = max(b, 4)`` of the accumulation::
+
+        B (L (H T^2 b + 9 T D b + 8 T^2) + H T D a) + 2 min(B T^2 D, CHUNK_ELEMENTS) a  +  B H T^2 (b + 4)
+
+    the recorded attention weights, what the trace keeps per block, the float64 ALTI matrices, one block's values
+    through ``W_O`` per head, one chunk of transformed vectors with its copy, and the eager forward's scores and
+    weights of one block."""
+    b, a = float(width), float(max(width, 4))
+    B, T, L, H, D = float(batch_size), float(tokens), float(arch.layers), float(arch.heads), float(arch.hidden)
+    return (B * (L * (H * T * T * b + 9 * T * D * b + 8 * T * T) + H * T * D * a)
+            + 2 * min(B * T * T * D, float(CHUNK_ELEMENTS)) * a + B * H * T * T * (b + 4))
+
+
+@register_attributor("alti_logit", passes=lambda p, n: (1, 0), memory=alti_memory)
 def alti_logit(call: AttributorCall) -> AttributorResult:
     terms = alti_logit_terms(call)
     ones = torch.ones(call.batch, dtype=torch.long)
@@ -294,7 +311,7 @@ def alti_matrices(call: AttributorCall) -> list[torch.Tensor]:
         return [alti_layer(call, block, acc)[0] for block in blocks]
 
 
-@register_attributor("alti")
+@register_attributor("alti", passes=lambda p, n: (1, 0), memory=alti_memory)
 def alti(call: AttributorCall) -> AttributorResult:
     scores = alti_rollout_row(alti_matrices(call), call.explained_index)
     ones = torch.ones(call.batch, dtype=torch.long)

@@ -85,7 +85,7 @@ def _explained_score(logits: torch.Tensor, target: int, score: str, foil: int | 
     return values[:, target] - values[:, foil]
 
 
-@register_attributor("atman")
+@register_attributor("atman", passes=lambda p, n: (n + 1, 0))
 def atman(call: AttributorCall) -> AttributorResult:
     p = call.params
     score = str(p["score"])

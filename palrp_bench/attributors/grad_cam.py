@@ -28,7 +28,7 @@ from .base import AttributorCall, AttributorResult, attention_row, encoder_rows,
 __all__ = ["grad_cam"]
 
 
-@register_attributor("grad_cam")
+@register_attributor("grad_cam", passes=lambda p, n: (1, 1))
 def grad_cam(call: AttributorCall) -> AttributorResult:
     last = layer_attention(call, with_grad=True)[-1]
     b, _, t, _ = last.weights.shape

@@ -44,11 +44,11 @@ def _norm(call: AttributorCall, power: int) -> AttributorResult:
     return AttributorResult(scores, ones, ones.clone())
 
 
-@register_attributor("gradient_l1")
+@register_attributor("gradient_l1", passes=lambda p, n: (1, 1))
 def gradient_l1(call: AttributorCall) -> AttributorResult:
     return _norm(call, 1)
 
 
-@register_attributor("gradient_l2")
+@register_attributor("gradient_l2", passes=lambda p, n: (1, 1))
 def gradient_l2(call: AttributorCall) -> AttributorResult:
     return _norm(call, 2)

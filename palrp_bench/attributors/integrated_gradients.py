@@ -41,7 +41,7 @@ def forward_of(call: AttributorCall):
     return forward
 
 
-@register_attributor("integrated_gradients")
+@register_attributor("integrated_gradients", passes=lambda p, n: (int(p["n_steps"]),) * 2)
 def integrated_gradients(call: AttributorCall) -> AttributorResult:
     from captum.attr import IntegratedGradients
 

@@ -148,11 +148,11 @@ def _result(call: AttributorCall, relevance: torch.Tensor, backward: int) -> Att
     return AttributorResult(per_patch(call.twin, call.prepared, relevance), ones, ones * backward, per_patch=True)
 
 
-@register_attributor("attn_rollout")
+@register_attributor("attn_rollout", passes=lambda p, n: (1, 0))
 def attn_rollout(call: AttributorCall) -> AttributorResult:
     return _result(call, _relevance(call, gradient=False), backward=0)
 
 
-@register_attributor("grad_attn_rollout")
+@register_attributor("grad_attn_rollout", passes=lambda p, n: (1, 1))
 def grad_attn_rollout(call: AttributorCall) -> AttributorResult:
     return _result(call, _relevance(call, gradient=True), backward=1)

@@ -25,7 +25,7 @@ from .integrated_gradients import forward_of, reduce_features
 __all__ = ["smoothgrad"]
 
 
-@register_attributor("smoothgrad")
+@register_attributor("smoothgrad", passes=lambda p, n: (int(p["n_samples"]),) * 2)
 def smoothgrad(call: AttributorCall) -> AttributorResult:
     from captum.attr import InputXGradient, NoiseTunnel, Saliency
 

@@ -102,12 +102,6 @@ class Method:
                                 f"its hyperparameters are: {known}")
         return {**self.params, **overrides}
 
-    def passes(self, params: Mapping[str, object] | None = None, n_features: int = 1) -> tuple[int, int]:
-        """Model ``(forwards, backwards)`` one explanation of a sample with ``n_features`` features costs (what
-        ``Explanation.extras["forward_passes"]`` / ``["backward_passes"]`` report; for cost planning)."""
-        p = self.resolved_params(params)
-        return PASSES[self.attributor](p, int(n_features))
-
     def check_modality(self, modality: str) -> None:
         """Refuse a model whose twin modality the method is not defined for (one line)."""
         if modality not in self.modalities:
@@ -123,28 +117,11 @@ class Method:
             raise BadInputError(f"method {self.name!r} cannot explain {name}: {reason}", fix)
 
 
-#: model passes per explained sample by attributor: ``(params, n_features) -> (forwards, backwards)``; AtMan's
-#: features are the tokens it suppresses one at a time (patch tokens of a ViT), plus one unsuppressed reference
-PASSES = {
-    LRP: lambda p, n: (1, 1),
-    "integrated_gradients": lambda p, n: (int(p["n_steps"]), int(p["n_steps"])),
-    "smoothgrad": lambda p, n: (int(p["n_samples"]), int(p["n_samples"])),
-    "attn_rollout": lambda p, n: (1, 0),
-    "grad_attn_rollout": lambda p, n: (1, 1),
-    "grad_cam": lambda p, n: (1, 1),
-    "atman": lambda p, n: (n + 1, 0),
-    "gradient_l1": lambda p, n: (1, 1),
-    "gradient_l2": lambda p, n: (1, 1),
-    "alti_logit": lambda p, n: (1, 0),
-    "alti": lambda p, n: (1, 0),
-}
-
 METHODS: dict[str, Method] = {}
 
 
 def register_method(method: Method) -> Method:
-    if method.attributor not in PASSES:
-        raise ValueError(f"method {method.name}: no pass count for attributor {method.attributor!r} in PASSES")
+    """Add a table row (its attributor is registered in :mod:`palrp_bench.attributors`, tested there)."""
     METHODS[method.name] = method
     return method
 

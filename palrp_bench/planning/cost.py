@@ -48,6 +48,7 @@ import platform
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..attributors import attributor_spec
 from ..errors import BadInputError
 from ..models.architecture import Architecture, hf_architecture
 from ..models.loading import loader_spec
@@ -58,7 +59,7 @@ __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIP
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
            "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
            "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
-           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM", "alti_memory"]
+           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -98,7 +99,7 @@ class Work:
     forwards: float
     forward_tokens: float
     explain_forwards: float = 1.0
-    #: the method's attributor (:data:`palrp_bench.methods.registry.PASSES`): ALTI's memory has its own formula
+    #: the method's attributor (:class:`palrp_bench.attributors.AttributorSpec`): ALTI's memory has its own formula
     attributor: str = "lrp"
     #: decoder tokens of every forward of an encoder-decoder (0 for the others)
     decoder_tokens: float = 0.0
@@ -127,13 +128,14 @@ def _padded_length(task) -> int | None:
 
 def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n_features: int) -> float:
     """Forward-equivalents of one explanation of the cell's method: ``F + B * (r - 1)`` for the method's
-    ``(F forwards, B backwards)`` per sample (:meth:`palrp_bench.methods.registry.Method.passes` with the task's
+    ``(F forwards, B backwards)`` per sample (:func:`palrp_bench.attributors.method_passes` with the task's
     hyperparameters; LRP is one of each, so exactly ``r``; Integrated Gradients ``n_steps`` of each; AtMan one
     forward per suppressed token)."""
+    from ..attributors import method_passes
     from ..methods.registry import get_method
 
     method = get_method(cell.method)
-    forwards, backwards = method.passes(method.params_for(cell.task), n_features)
+    forwards, backwards = method_passes(method, method.params_for(cell.task), n_features)
     quant = getattr(cell.model.quantization, "value", cell.model.quantization)
     return forwards + backwards * (constants.explain_forwards(arch, quant) - 1.0)
 
@@ -388,28 +390,6 @@ def profile_key(model, arch: Architecture) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ memory
-#: attributors whose explanation memory is ALTI's (:func:`alti_memory`) rather than a backward's
-ALTI_ATTRIBUTORS = ("alti", "alti_logit")
-#: query rows of ALTI's transformed vectors are taken this many elements at a time (attributors/alti.py)
-ALTI_CHUNK_ELEMENTS = 2 ** 24
-
-
-def alti_memory(arch: Architecture, tokens: float, batch_size: int, width: int) -> float:
-    """Bytes one ALTI / ALTI-Logit explanation holds above the weights (docs/baselines.md "ALTI and ALTI-Logit",
-    memory), with ``B`` the batch, ``T`` the tokens, ``L`` blocks, ``H`` heads, ``D`` the width, ``b = width`` bytes
-    per element of the model's dtype and ``a = max(b, 4)`` of the accumulation::
-
-        B (L (H T^2 b + 9 T D b + 8 T^2) + H T D a) + 2 min(B T^2 D, 2^24) a  +  B H T^2 (b + 4)
-
-    the recorded attention weights, what the trace keeps per block, the float64 ALTI matrices, one block's values
-    through ``W_O`` per head, one chunk of transformed vectors with its copy, and the eager forward's scores and
-    weights of one block."""
-    b, a = float(width), float(max(width, 4))
-    B, T, L, H, D = float(batch_size), float(tokens), float(arch.layers), float(arch.heads), float(arch.hidden)
-    return (B * (L * (H * T * T * b + 9 * T * D * b + 8 * T * T) + H * T * D * a)
-            + 2 * min(B * T * T * D, float(ALTI_CHUNK_ELEMENTS)) * a + B * H * T * T * (b + 4))
-
-
 def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants, device: str,
                 batch_size: int, forward_batch_size: int) -> float:
     """Estimated peak bytes of a job::
@@ -420,7 +400,8 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
 
     ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
     scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
-    only one layer's; ALTI and ALTI-Logit (no backward through the model) hold :func:`alti_memory` instead. Weights:
+    only one layer's; an attributor with its own memory formula (ALTI and ALTI-Logit: no backward through the model,
+    :func:`palrp_bench.attributors.alti.alti_memory`) holds that instead. Weights:
     by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
     if arch.family == "none":
         return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
@@ -433,8 +414,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     weights = (arch.params - quantized) * width + quantized * NF4_BYTES_PER_PARAM
     mem = constants.memory
     explain = 0.0
-    if work.explanations and work.attributor in ALTI_ATTRIBUTORS:
-        explain = alti_memory(arch, work.explain_tokens, batch_size, width)
+    memory = attributor_spec(work.attributor).memory
+    if work.explanations and memory is not None:
+        explain = memory(arch, work.explain_tokens, batch_size, width)
     elif work.explanations:
         per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
                            + mem.get("explain_per_score", 2) * arch.heads * work.explain_tokens) * width

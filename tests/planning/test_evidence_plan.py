@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.planning.cost import (Work, alti_memory, architecture_of, hf_architecture, load_constants,
+from palrp_bench.attributors.alti import alti_memory
+from palrp_bench.planning.cost import (Work, architecture_of, hf_architecture, load_constants,
                                        peak_memory, sample_work)
 from palrp_bench.runner.plan import plan_cells
 from runner.harness import compose_cfg
