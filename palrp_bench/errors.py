@@ -31,7 +31,7 @@ class MissingDataError(PalrpError, FileNotFoundError):
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` says the device ran out of memory (CUDA's own error, or the message torch / bitsandbytes
     put in a ``RuntimeError``): what automatic batch sizes (runner/batching.py) and perturbation forward chunks
-    (evaluation/attnlrp_perturbation.py) recover from by halving."""
+    (evaluation/procedures/attnlrp_perturbation.py) recover from by halving."""
     try:
         import torch
 

@@ -1,6 +1,6 @@
 """Throughput of the NLP perturbation protocol: batched forwards versus one forward per perturbed input.
 
-Both modes run :func:`palrp_bench.evaluation.nlp_perturbation.nlp_perturbation_curves` in the same process on the
+Both modes run :func:`palrp_bench.evaluation.procedures.nlp_perturbation.nlp_perturbation_curves` in the same process on the
 same tiny random LLaMA and the same random scores (docs/protocol.md section 2: 11 steps x generation/pruning per
 sample):
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from palrp_bench.evaluation.nlp_perturbation import TASKS, nlp_perturbation_curves  # noqa: E402
+from palrp_bench.evaluation.procedures.nlp_perturbation import TASKS, nlp_perturbation_curves  # noqa: E402
 from palrp_bench.protocol import PROTOCOLS  # noqa: E402
 
 

@@ -36,7 +36,7 @@ class AucConvention:
 
 #: NLP generation / pruning curves, docs/protocol.md section 2: the 11 fractions 0, 0.1, ..., 1.0 exactly as the
 #: official code builds them (``np.linspace(0, 1, 11)``, so 0.30000000000000004: the protocol's token counts
-#: ``ceil(f * N)`` depend on it; see :mod:`palrp_bench.evaluation.nlp_perturbation`).
+#: ``ceil(f * N)`` depend on it; see :mod:`palrp_bench.evaluation.procedures.nlp_perturbation`).
 NLP_FRACTIONS = AucConvention("nlp_11pt", tuple(float(v) for v in np.linspace(0.0, 1.0, 11)), 1.0)
 #: Vision positive / negative perturbation, docs/protocol.md section 3 (p = 0.1, ..., 0.9, x100).
 VISION_STEPS = AucConvention("vision_9pt_x100", tuple(np.round(np.linspace(0.1, 0.9, 9), 10)), 100.0)

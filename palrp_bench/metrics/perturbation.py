@@ -2,7 +2,7 @@
 (docs/protocol.md section 3; Table 4).
 
 Protocol pieces that need no model live here; the forward passes are in
-:mod:`palrp_bench.evaluation.vision_perturbation`.
+:mod:`palrp_bench.evaluation.procedures.vision_perturbation`.
 
 * Maps are ReLU'd and min-max normalised per image (:func:`~palrp_bench.metrics.maps.minmax_per_image`). This
   normalised map is the tensor every pixel choice below is made on.
@@ -25,7 +25,7 @@ equal values must choose among them, and which ones it removes changes per-sampl
   pixels ``topk`` returns is the device's choice: the official code moved its maps to the GPU before the call,
   and CUDA and the CPU return different tied pixels (on one H100, 206 of 240 removed sets differed on tie-heavy
   maps). The evaluation therefore hands this function the maps on the model's device
-  (:mod:`palrp_bench.evaluation.vision_perturbation`) and records the device kind that ordered the ties. On the
+  (:mod:`palrp_bench.evaluation.procedures.vision_perturbation`) and records the device kind that ordered the ties. On the
   same device kind and torch version the removed pixels are the official ones, ties included; on the CPU, torch
   2.14 ``topk(zeros(20), 5)`` returns indices 12, 14, 13, 15, 11, scattering tied pixels over the image. Each
   step is its own call, so sets are nested only as far as ``topk`` makes them (they were on every map tried).

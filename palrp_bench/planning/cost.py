@@ -141,7 +141,7 @@ def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n
 
 
 def _attnlrp_forwards(n_features: float, steps) -> float:
-    """Forwards of the AttnLRP-paper perturbation (:mod:`palrp_bench.evaluation.attnlrp_perturbation`): most- and
+    """Forwards of the AttnLRP-paper perturbation (:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`): most- and
     least-relevant-first curves over ``min(N, steps) + 1`` steps each, sharing the empty and the full input."""
     s = n_features if steps is None else min(n_features, int(steps))
     return 2.0 * s

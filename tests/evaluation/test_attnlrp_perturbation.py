@@ -7,7 +7,7 @@ import torch
 from models.test_vit_twin import images, make_vit
 from models.tiny_llama import make_llama, random_ids
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.attnlrp_perturbation import (ForwardChunk, feature_order, logit_curves, perturbed_keep,
+from palrp_bench.evaluation.procedures.attnlrp_perturbation import (ForwardChunk, feature_order, logit_curves, perturbed_keep,
                                                          pixel_logit_curves, step_counts, token_logit_curves)
 from palrp_bench.metrics.delta_a import curve_area
 

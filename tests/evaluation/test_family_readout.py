@@ -4,7 +4,7 @@ them) and the classifier's pooled logits."""
 import pytest
 import torch
 
-from palrp_bench.evaluation.nlp_perturbation import readout_logits
+from palrp_bench.evaluation.procedures.nlp_perturbation import readout_logits
 from models.tiny_families import FAMILIES, make_model, random_ids
 
 

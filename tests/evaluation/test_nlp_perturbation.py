@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from palrp_bench.errors import BadInputError, UnsupportedModelError
-from palrp_bench.evaluation.nlp_perturbation import (
+from palrp_bench.evaluation.procedures.nlp_perturbation import (
     TASKS,
     nlp_perturbation_curves,
     perturbation_orders,
@@ -282,7 +282,7 @@ def test_a_causal_lm_is_read_on_its_device_at_the_tracked_token(lm_model, monkey
     """With ``tracked`` the read-out returns per row (class, logit, log-sum-exp) in float64 instead of the
     vocabulary-wide logits, which the MCQA / Wikipedia curves then never bring to the host; equal to the values
     taken from the full logits on the host."""
-    from palrp_bench.evaluation import nlp_perturbation
+    from palrp_bench.evaluation.procedures import nlp_perturbation
 
     ids, mask, _ = _wiki_batch()
     full = readout_logits(lm_model, ids, mask, task="wikipedia").double()

@@ -1,4 +1,4 @@
-"""Segmentation protocol driver (evaluation/segmentation.py): streaming equals one-shot, samples path, errors."""
+"""Segmentation protocol driver (evaluation/procedures/segmentation.py): streaming equals one-shot, samples path, errors."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import torch
 
 from palrp_bench.data.base import ImageSample
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.segmentation import segmentation_protocol, segmentation_protocol_on_samples
+from palrp_bench.evaluation.procedures.segmentation import segmentation_protocol, segmentation_protocol_on_samples
 from palrp_bench.metrics.segmentation import SegmentationAccumulator, segmentation_scores
 
 VISION = Path(__file__).resolve().parents[1] / "data" / "official" / "vision"

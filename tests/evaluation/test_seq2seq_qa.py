@@ -11,7 +11,7 @@ from palrp_bench.data import synthetic_evidence as se
 from palrp_bench.data import synthetic_text as st
 from palrp_bench.data.squad import normalize_answer, squad_exact_match
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.attnlrp_perturbation import seq2seq_token_logit_curves
+from palrp_bench.evaluation.procedures.attnlrp_perturbation import seq2seq_token_logit_curves
 from palrp_bench.evaluation.tasks import ModelBundle, task_adapter
 from palrp_bench.evaluation.tasks.seq2seq_qa import encode_qa
 from palrp_bench.runner.plan import plan_cells

@@ -60,7 +60,7 @@ def test_text_classification_rows_and_batch_independence(tmp_path, text_models):
     assert len(first.rows) == 4 * 11 + 1 and first.rows[-1][0] == "correct"
     assert first.info["rules"] == "attnlrp" and first.info["n_tokens"] == samples[0].meta["n_tokens"]
     # the rows are the protocol's curves for the method's scores
-    from palrp_bench.evaluation.nlp_perturbation import nlp_perturbation_curves
+    from palrp_bench.evaluation.procedures.nlp_perturbation import nlp_perturbation_curves
 
     ids = torch.tensor([samples[0].input_ids])
     mask = torch.zeros_like(ids)
@@ -103,7 +103,7 @@ def test_next_token_batches_go_to_the_model_together_and_equal_each_sample_alone
     import dataclasses
     import math
 
-    from palrp_bench.evaluation.nlp_perturbation import TextReadout
+    from palrp_bench.evaluation.procedures.nlp_perturbation import TextReadout
 
     _, causal, tok = text_models
     cell = _cell(tmp_path, "model=tiny_llama_causal", "task=synthetic_mcqa", "method=pa_lrp")

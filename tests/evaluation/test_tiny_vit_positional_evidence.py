@@ -16,7 +16,7 @@ from scipy import stats
 
 import palrp_bench
 from palrp_bench.data.synthetic_vision import load_tiny_vit, make_synthetic_vision
-from palrp_bench.evaluation.vision_perturbation import (perturbed_logits, resolve_normalization,
+from palrp_bench.evaluation.procedures.vision_perturbation import (perturbed_logits, resolve_normalization,
                                                         vision_perturbation_curves)
 from palrp_bench.metrics.perturbation import perturbation_auc
 from palrp_bench.metrics.share import pooled_positional_share

@@ -8,7 +8,7 @@ import torch
 
 import palrp_bench
 from palrp_bench.data import synthetic_text
-from palrp_bench.evaluation.nlp_perturbation import nlp_perturbation_curves
+from palrp_bench.evaluation.procedures.nlp_perturbation import nlp_perturbation_curves
 from palrp_bench.evaluation.tasks import ModelBundle, task_adapter
 from palrp_bench.metrics.auc import NLP_FRACTIONS
 from palrp_bench.runner.plan import plan_cells

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.vision_perturbation import (IMAGENET_MEAN, IMAGENET_STD, perturbed_logits,
+from palrp_bench.evaluation.procedures.vision_perturbation import (IMAGENET_MEAN, IMAGENET_STD, perturbed_logits,
                                                         resolve_normalization, tie_order_device,
                                                         vision_perturbation_curves)
 from palrp_bench.metrics.perturbation import perturbation_auc, step_pixel_counts
@@ -292,7 +292,7 @@ def test_official_topk_runs_on_the_models_device_one_map_per_call(monkeypatch):
     (batch size 1 by default), so the device chooses the tied pixels. A model on the ``meta`` device stands in for
     a GPU on machines without one (its forward, which meta tensors cannot run, is replaced): every topk call gets
     one normalised map ``[1, H * W]`` on the model's device, and the perturbed copies are built there too."""
-    import palrp_bench.evaluation.vision_perturbation as procedure
+    import palrp_bench.evaluation.procedures.vision_perturbation as procedure
 
     model = torch.nn.Linear(4, 3).to("meta").eval()
     calls, forwards = [], []
@@ -331,7 +331,7 @@ def test_on_a_gpu_the_removed_pixels_are_the_official_call_on_that_gpu(fixture_v
     differently is printed (206 of 240 on one H100)."""
     from metrics.test_tie_break import official_tensor, patch_maps
 
-    from palrp_bench.evaluation.vision_perturbation import ANY_DEVICE
+    from palrp_bench.evaluation.procedures.vision_perturbation import ANY_DEVICE
     from palrp_bench.numerics import device_kind
 
     model = copy.deepcopy(fixture_vit).to("cuda")

@@ -230,7 +230,7 @@ def test_unsupported_configurations_are_refused_in_one_line(family, head, overri
 
 @pytest.mark.parametrize("family", ["opt", "bloom"])
 def test_non_causal_read_out_is_refused_where_the_library_needs_a_2d_mask(family):
-    from palrp_bench.evaluation.nlp_perturbation import readout_logits
+    from palrp_bench.evaluation.procedures.nlp_perturbation import readout_logits
 
     model = make_text(family, "causal", torch.float32, attn="eager")
     with pytest.raises(UnsupportedModelError, match="non-causal") as err:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.evaluation.vision_perturbation import tie_break_seeds
+from palrp_bench.evaluation.procedures.vision_perturbation import tie_break_seeds
 from palrp_bench.app import run
 from palrp_bench.runner.plan import plan_cells
 from runner.harness import compose_cfg, per_sample_values, read_results
@@ -37,7 +37,7 @@ def _device_type(run_dir) -> str:
 
 def _run(run_dir, *overrides):
     """Run the cell; also returns every tie-break seed the pixel choice received."""
-    import palrp_bench.evaluation.vision_perturbation as procedure
+    import palrp_bench.evaluation.procedures.vision_perturbation as procedure
 
     seeds: list[int] = []
     real = procedure.perturbation_masks

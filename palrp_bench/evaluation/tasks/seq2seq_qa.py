@@ -21,7 +21,7 @@ Metrics (``ctx.metrics``):
 
 * ``attnlrp_perturbation``: insertion curves over the context tokens only (B.1: "we only perturb the tokens
   inside the context"), zero baseline on whole encoder token embeddings
-  (:func:`palrp_bench.evaluation.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` / ``a_lerf``
+  (:func:`palrp_bench.evaluation.procedures.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` / ``a_lerf``
   (variant ``insertion``) -> ``delta_a``;
 * ``iou``: on correctly answered samples only, the IoU of the context tokens with positive relevance and the
   answer-span tokens (:func:`palrp_bench.metrics.evidence.positive_iou`, valid = the context tokens: the
@@ -43,7 +43,7 @@ from ...data.squad import squad_exact_match
 from ...errors import BadInputError
 from ...metrics.evidence import IOU_METRIC, positive_iou
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
+from ..procedures.attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
 from . import register_task
 from .base import SampleResult, nonfinite_result, pad_id
 

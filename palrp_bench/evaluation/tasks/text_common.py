@@ -1,12 +1,12 @@
 """What the two language task kinds share: loading the pool, batching, one explanation per batch (cached), the NLP
 perturbation curves (docs/protocol.md section 2) and the AttnLRP paper's insertion areas (metric
 ``attnlrp_perturbation``,
-:mod:`palrp_bench.evaluation.attnlrp_perturbation`). The kinds are :mod:`.text_classification` and
+:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`). The kinds are :mod:`.text_classification` and
 :mod:`.next_token`.
 
 Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol;
 reused from the cell's explanation cache when present), then the generation / pruning perturbation curves
-(:func:`palrp_bench.evaluation.nlp_perturbation.nlp_perturbation_curves`) of every sample, stored as rows
+(:func:`palrp_bench.evaluation.procedures.nlp_perturbation.nlp_perturbation_curves`) of every sample, stored as rows
 ``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions, plus ``correct`` (0/1) when the sample has a
 gold answer.
 
@@ -35,7 +35,7 @@ from ...data.registry import load_dataset
 from ...data.text_common import real_token_count
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
+from ..procedures.attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
 from .base import JobContext, SampleResult, nonfinite_result, pad_id
 
 __all__ = ["TextAdapter"]
@@ -59,7 +59,7 @@ def _batch(samples: list[TextSample], pad_id: int, *, real_only: bool = False) -
 
 class TextAdapter:
     """Shared by both language task kinds; subclasses say how "correct" is read and which perturbation rules
-    apply (``perturbation_task`` of :data:`palrp_bench.evaluation.nlp_perturbation.TASKS`)."""
+    apply (``perturbation_task`` of :data:`palrp_bench.evaluation.procedures.nlp_perturbation.TASKS`)."""
 
     perturbation_task = "imdb"
 
@@ -81,7 +81,7 @@ class TextAdapter:
 
     @torch.no_grad()
     def _logits(self, bundle, samples, ctx) -> torch.Tensor:
-        from ..nlp_perturbation import readout_logits
+        from ..procedures.nlp_perturbation import readout_logits
 
         ids, mask = _batch(samples, pad_id(bundle))
         return readout_logits(bundle.model, ids, mask, task=self.perturbation_task, causal=self._causal(ctx),
@@ -133,7 +133,7 @@ class TextAdapter:
         return scores, infos, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=("nlp_perturbation",)) -> list[SampleResult]:
-        from ..nlp_perturbation import nlp_perturbation_curves
+        from ..procedures.nlp_perturbation import nlp_perturbation_curves
 
         results: dict[int, SampleResult] = {}
         for group in self._groups(samples):

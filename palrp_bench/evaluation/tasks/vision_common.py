@@ -9,16 +9,16 @@ Then, by the cell's metrics:
 
 * ``vision_perturbation`` (Table 4): rows ``agreement`` (predicted-class map, agreement with the original
   prediction) and ``accuracy`` (ground-truth map, top-1 accuracy), variants ``positive`` / ``negative``, steps
-  ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.vision_perturbation.vision_perturbation_curves`, tie-break
+  ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.procedures.vision_perturbation.vision_perturbation_curves`, tie-break
   ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map
   (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`); each sample's
   info records ``tie_device``, the device kind that ordered tied pixels
-  (:func:`palrp_bench.evaluation.vision_perturbation.tie_order_device`);
+  (:func:`palrp_bench.evaluation.procedures.vision_perturbation.tie_order_device`);
 * ``positional_share`` (Appendix F): signed totals ``relevance_semantic`` / ``relevance_positional`` (patches
   only, what the maps use) and ``..._with_cls`` (CLS terms added), from the predicted-class pass;
 * ``attnlrp_perturbation`` (the AttnLRP paper's Table 1, appendix B.2): per-sample areas ``a_morf`` / ``a_lerf``
   of the explained logit while pixels are flipped to 0 in the order of the signed map
-  (:mod:`palrp_bench.evaluation.attnlrp_perturbation`);
+  (:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`);
 * ``segmentation`` (Table 5): per-image pixel counts of the mean-thresholded predicted-class map against the
   mask (``pix_correct``, ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
   (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``;
@@ -40,7 +40,7 @@ from ...errors import BadInputError
 from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
 from ...metrics.segmentation import segmentation_counts
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
+from ..procedures.attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
 from .base import JobContext, SampleResult, nonfinite_result
 
 __all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
@@ -79,7 +79,7 @@ class VisionAdapter:
 
     @torch.no_grad()
     def correct(self, bundle, samples, ctx) -> list[bool]:
-        from ..vision_perturbation import resolve_normalization
+        from ..procedures.vision_perturbation import resolve_normalization
 
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
@@ -99,7 +99,7 @@ class VisionAdapter:
         the two explanations (predicted class, target class) is taken from the explanation cache when every sample
         of the batch has it, else computed with ``palrp_bench.explain``; nothing is re-cached when nothing was
         computed."""
-        from ..vision_perturbation import resolve_normalization
+        from ..procedures.vision_perturbation import resolve_normalization
 
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
         have = lambda keys: all(c is not None and keys <= set(c) for c in cached)  # noqa: E731
@@ -144,7 +144,7 @@ class VisionAdapter:
         return batch, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=()) -> list[SampleResult]:
-        from ..vision_perturbation import resolve_normalization, tie_order_device, vision_perturbation_curves
+        from ..procedures.vision_perturbation import resolve_normalization, tie_order_device, vision_perturbation_curves
         metrics = set(metrics or ctx.metrics)
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import BadInputError, is_out_of_memory
-from ..metrics.delta_a import PROCESSES, curve_area
-from ..rundir import SCALAR
+from ...errors import BadInputError, is_out_of_memory
+from ...metrics.delta_a import PROCESSES, curve_area
+from ...rundir import SCALAR
 from .nlp_perturbation import TextReadout, check_right_padded
 from .vision_perturbation import model_device_dtype
 

@@ -66,9 +66,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import BadInputError, UnsupportedModelError
-from ..metrics.auc import NLP_FRACTIONS
-from ..protocol import check_protocol
+from ...errors import BadInputError, UnsupportedModelError
+from ...metrics.auc import NLP_FRACTIONS
+from ...protocol import check_protocol
 
 __all__ = [
     "PerturbationTask",
@@ -317,7 +317,7 @@ class TextReadout:
     (docs/protocol.md section 2): the head applied to the hidden state there, soft-capped as the model caps its own
     output (Gemma), or the whole model for a sequence classifier that pools by itself (BERT, RoBERTa). Built once
     per model; checks that the model fits ``task`` and is in eval mode. Shared by this module and the AttnLRP
-    paper's protocol (:mod:`palrp_bench.evaluation.attnlrp_perturbation`)."""
+    paper's protocol (:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`)."""
 
     def __init__(self, model, task: PerturbationTask):
         _check_model(model, task)

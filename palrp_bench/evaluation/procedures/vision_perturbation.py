@@ -32,11 +32,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..data.sample_ids import stable_hash
-from ..errors import BadInputError
-from ..metrics.maps import as_map_batch
-from ..metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break
-from ..numerics import device_kind
+from ...data.sample_ids import stable_hash
+from ...errors import BadInputError
+from ...metrics.maps import as_map_batch
+from ...metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break
+from ...numerics import device_kind
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "tie_order_device",
            "perturbed_logits", "vision_perturbation_curves"]

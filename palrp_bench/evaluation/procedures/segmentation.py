@@ -11,9 +11,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..data.base import ImageSample
-from ..errors import BadInputError
-from ..metrics.segmentation import SegmentationAccumulator
+from ...data.base import ImageSample
+from ...errors import BadInputError
+from ...metrics.segmentation import SegmentationAccumulator
 
 __all__ = ["segmentation_protocol", "segmentation_protocol_on_samples"]
 
