@@ -143,7 +143,8 @@ class TaskConfig:
     pool_size: Optional[int] = None
     selection: Selection = Selection.all
     select_count: Optional[int] = None
-    #: metrics evaluated on every sample (``configs/metric/``)
+    #: the procedures run on every sample (``configs/metric/``; each applies to the kinds its registration names,
+    #: :mod:`palrp_bench.evaluation.procedures`)
     metrics: List[str] = field(default_factory=list)
     #: the published task this one is compared with in reports (e.g. ``mcqa_noncausal`` -> ``mcqa``)
     paper_task: Optional[str] = None
@@ -173,12 +174,11 @@ class MethodConfig:
 @dataclass
 class MetricConfig:
     """``configs/metric/<name>.yaml``: one evaluation a cell runs on every sample (its per-sample rows feed the
-    table metrics of :mod:`palrp_bench.metrics.registry`); ``metric=<name>`` restricts a run to it."""
+    table metrics of :mod:`palrp_bench.metrics.registry`); ``metric=<name>`` restricts a run to it. The task kinds it
+    applies to, what it costs and what it measures are its procedure's registration
+    (:mod:`palrp_bench.evaluation.procedures`)."""
 
     name: str = MISSING
-    #: task kinds it applies to
-    applies_to: List[str] = field(default_factory=list)
-    description: str = ""
 
 
 @dataclass

@@ -36,12 +36,15 @@ _NO_DEFAULT = object()
 @dataclass(frozen=True)
 class Option:
     """One loader option (``task.options.<name>``): its default and the types it accepts (the default's type when
-    ``types`` is empty; ``int`` also accepts no ``bool``; a ``float`` option accepts an ``int``)."""
+    ``types`` is empty; ``int`` also accepts no ``bool``; a ``float`` option accepts an ``int``).
+    ``changes_results=False``: the option never changes a sample's numbers (it is left out of a cell's fingerprint
+    and of the data's, e.g. the self-test's ``delay_s``)."""
 
     name: str
     default: Any
     help: str = ""
     types: tuple[type, ...] = ()
+    changes_results: bool = True
 
     @property
     def accepted(self) -> tuple[type, ...]:
@@ -111,6 +114,11 @@ class DatasetSpec:
                                 f"use only {sorted(known)} (task.options)" if known else "remove task.options")
         return {name: option.check(given[name], self.name) if name in given else option.default
                 for name, option in known.items()}
+
+    def result_options(self, given: Mapping[str, Any] | None) -> dict:
+        """The options of ``given`` (as the task config writes them) that can change a sample's numbers."""
+        quiet = {o.name for o in self.options if not o.changes_results}
+        return {k: v for k, v in dict(given or {}).items() if k not in quiet}
 
     def hub_repo(self, options: dict) -> str | None:
         return _constant(self.hub)(options)

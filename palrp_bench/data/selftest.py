@@ -18,7 +18,8 @@ class SelftestSample:
 
 @register_dataset(
     "selftest",
-    options=(Option("n", 40, "samples"), Option("delay_s", 0.0, "seconds each sample takes (kill / resume tests)"),
+    options=(Option("n", 40, "samples"),
+             Option("delay_s", 0.0, "seconds each sample takes (kill / resume tests)", changes_results=False),
              Option("nonfinite_every", 0, "every k-th sample gets a NaN relevance (0 = never)")),
     pool_size=lambda options: options["n"])
 def _selftest_dataset(path, limit, options, tokenizer) -> list[SelftestSample]:

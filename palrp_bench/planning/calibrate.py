@@ -43,11 +43,10 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
-from ..data.text_common import real_token_count
 from ..errors import BadInputError
 from ..numerics import tf32_mode
 from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, batch_seconds, device_kind, estimate,
@@ -100,20 +99,17 @@ class Measurement:
 
 
 def _batch_work(cell: Cell, arch: Architecture, batch: list, constants: CostConstants) -> list[Work | None]:
-    """The work of each sample of one batch from its real shape (text and evidence: the batch's padded width
-    explained, its own real tokens forwarded); vision and the self-test: the cell's fixed work."""
+    """The work of each sample of one batch from its real shape where the task kind says it varies
+    (:meth:`~palrp_bench.evaluation.tasks.base.TaskAdapter.batch_tokens`: text, the batch's padded width explained
+    and each sample's real tokens forwarded); otherwise the cell's fixed work."""
+    from ..evaluation.tasks import TASK_KINDS
+
     base = sample_work(cell, arch, constants)
-    if base is None:
+    tokens = None if base is None else TASK_KINDS.lookup(cell.task.kind)().batch_tokens(batch)
+    if tokens is None:
         return [base] * len(batch)
-    if cell.task.kind == "evidence":  # prepared evidence samples know their length
-        width = max(len(s) for s in batch)
-        return [Work(1, float(width), base.forwards, float(len(s)), base.explain_forwards, base.attributor)
-                for s in batch]
-    if cell.task.kind not in ("text_classification", "next_token"):
-        return [base] * len(batch)
-    width = max(len(s.input_ids) for s in batch)
-    return [Work(1, float(width), base.forwards, float(real_token_count(s)), base.explain_forwards, base.attributor)
-            for s in batch]
+    return [replace(base, explanations=1, explain_tokens=explained, forward_tokens=forwarded, decoder_tokens=0.0)
+            for explained, forwarded in tokens]
 
 
 def _units(cell: Cell, arch: Architecture, batches: list[list], constants: CostConstants) -> tuple[float, int]:

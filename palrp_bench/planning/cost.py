@@ -57,22 +57,11 @@ from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
-           "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
-           "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
-           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM"]
+           "work_units", "peak_memory", "estimate", "batch_seconds", "profile_key",
+           "known_device_kinds", "resolve_device_kind", "NF4_BYTES_PER_PARAM"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
-#: perturbed rows per NLP sample actually forwarded: original + 11 generation + 11 pruning steps, minus the three
-#: duplicates (generation 100% = pruning 0% = original; generation 0% = pruning 100% = all UNK), docs/protocol.md
-#: section 2
-NLP_FORWARDS = 20
-#: next-token tasks prune by signed relevance, so with an even number N of perturbable tokens generation 50% and
-#: pruning 50% keep the same N/2 tokens: one more duplicate for half the samples
-NEXT_TOKEN_FORWARDS = 19.5
-#: pixel perturbation forwards per image: positive and negative, each 9 steps of the predicted-class map plus the
-#: original (for its prediction) and 9 steps of the target-class map (docs/protocol.md section 3)
-VISION_FORWARDS = 38
 #: bytes per parameter of a 4-bit NF4 layer with double quantization: 4 bits + an 8-bit absmax per 64 weights
 #: + a float32 second-level scale per 256 absmax values
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -103,27 +92,8 @@ class Work:
     attributor: str = "lrp"
     #: decoder tokens of every forward of an encoder-decoder (0 for the others)
     decoder_tokens: float = 0.0
-
-
-def _dataset(task):
-    """The task's dataset spec and its resolved options."""
-    from ..data.registry import dataset_spec
-
-    spec = dataset_spec(task.dataset, f" (task {task.name})")
-    return spec, spec.resolve_options(task.options)
-
-
-def typical_tokens(task) -> float | None:
-    """Mean real tokens per sample of a text task: its dataset's (:meth:`~palrp_bench.data.registry.DatasetSpec.
-    mean_tokens`, capped at ``max_length``); None when unknown."""
-    spec, options = _dataset(task)
-    return spec.mean_tokens(options)
-
-
-def _padded_length(task) -> int | None:
-    """Length every sample is padded to before the explanation (its dataset's ``padded_length``; None: none)."""
-    spec, options = _dataset(task)
-    return spec.padded(options)
+    #: seconds per sample spent outside the model (the self-test's ``delay_s``)
+    wait_s: float = 0.0
 
 
 def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n_features: int) -> float:
@@ -140,63 +110,27 @@ def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n
     return forwards + backwards * (constants.explain_forwards(arch, quant) - 1.0)
 
 
-def _attnlrp_forwards(n_features: float, steps) -> float:
-    """Forwards of the AttnLRP-paper perturbation (:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`): most- and
-    least-relevant-first curves over ``min(N, steps) + 1`` steps each, sharing the empty and the full input."""
-    s = n_features if steps is None else min(n_features, int(steps))
-    return 2.0 * s
-
-
 def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | None:
-    """The :class:`Work` of one sample of ``cell`` (None when the task's token count is unknown). Forwards by
-    metric: ``nlp_perturbation`` :data:`NLP_FORWARDS` (next token :data:`NEXT_TOKEN_FORWARDS`),
-    ``vision_perturbation`` :data:`VISION_FORWARDS` (and a second, target-class explanation),
-    ``attnlrp_perturbation`` two curves over the features (tokens / pixels, at most ``perturbation_steps``),
-    ``segmentation`` / ``positional_share`` / ``evidence`` none (the evidence metrics score the explanation alone;
-    its selection forwards each candidate once, priced apart)."""
+    """The :class:`Work` of one sample of ``cell``: its task kind's sample (the adapter's
+    :meth:`~palrp_bench.evaluation.tasks.base.TaskAdapter.sample_shape`; None when the task's token count is unknown),
+    the explanations and plain forwards each of the cell's procedures adds (:mod:`palrp_bench.evaluation.procedures`:
+    e.g. ``nlp_perturbation`` 20 rows, ``vision_perturbation`` 38 and a target-class explanation,
+    ``attnlrp_perturbation`` two curves over the features), and the method's cost per explanation
+    (:func:`explanation_forwards`). An unregistered task kind is a one-line error."""
+    from ..evaluation.procedures import procedure
+    from ..evaluation.tasks import TASK_KINDS
     from ..methods.registry import get_method
 
-    kind, metrics = cell.task.kind, set(cell.metrics)
-    steps = getattr(cell.task, "perturbation_steps", None)
-    attributor = get_method(cell.method).attributor
-    if kind == "evidence":
-        real = typical_tokens(cell.task)
-        if real is None:
-            return None
-        return Work(1, real, 0.0, real, explanation_forwards(cell, arch, constants, round(real)), attributor)
-    if kind in ("text_classification", "next_token"):
-        real = typical_tokens(cell.task)
-        if real is None:
-            return None
-        padded = _padded_length(cell.task) if kind == "text_classification" else None
-        forwards = 0.0
-        if "nlp_perturbation" in metrics:
-            forwards += NLP_FORWARDS if kind == "text_classification" else NEXT_TOKEN_FORWARDS
-        if "attnlrp_perturbation" in metrics:
-            forwards += _attnlrp_forwards(real, steps)
-        explained = float(padded or real)
-        return Work(1, explained, forwards, real, explanation_forwards(cell, arch, constants, round(explained)),
-                    attributor)
-    if kind in ("image_classification", "image_segmentation"):
-        tokens = float(arch.tokens or 0)
-        forwards = VISION_FORWARDS if "vision_perturbation" in metrics else 0.0
-        if "attnlrp_perturbation" in metrics:
-            size = cell.task.options.get("image_size")
-            forwards += _attnlrp_forwards(int(size) ** 2 if size else (arch.pixels or 224 * 224), steps)
-        patches = round(tokens) - 1 if tokens else 0
-        return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
-                    explanation_forwards(cell, arch, constants, patches), attributor)
-    if kind == "seq2seq_qa":
-        real = typical_tokens(cell.task)
-        if real is None:
-            return None
-        spec, options = _dataset(cell.task)
-        context = float(spec.mean_context_tokens(options) or real)
-        # the greedy answer (correctness) costs about one more forward
-        forwards = 1.0 + (_attnlrp_forwards(context, steps) if "attnlrp_perturbation" in metrics else 0.0)
-        return Work(1, real, forwards, real, explanation_forwards(cell, arch, constants, round(context)), attributor,
-                    decoder_tokens=1.0)
-    return Work(0, 0.0, 0, 0.0)
+    kind = cell.task.kind
+    shape = TASK_KINDS.lookup(kind, f" (task {cell.task.name})").sample_shape(cell, arch)
+    if shape is None:
+        return None
+    chosen = [procedure(name) for name in cell.metrics]
+    forwards = shape.forwards + sum(p.forwards(kind, shape, cell.task) for p in chosen)
+    explanations = shape.explanations + sum(p.explanations for p in chosen) if shape.explanations else 0
+    explain = explanation_forwards(cell, arch, constants, shape.explain_features) if explanations else 1.0
+    return Work(explanations, shape.explain_tokens, forwards, shape.forward_tokens, explain,
+                get_method(cell.method).attributor, shape.decoder_tokens, shape.wait_s)
 
 
 def _per_token(arch: Architecture, tokens: float) -> float:
@@ -494,7 +428,7 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
         base.note = f"tokens per sample of task {cell.task.name} unknown (dataset {cell.task.dataset})"
         return base
     if arch.family == "none":
-        delay = float(cell.task.options.get("delay_s", 0.0))
+        delay = work.wait_s
         overhead = profile.overhead_s if profile is not None else 0.0
         return replace(base, seconds=n_samples * (delay + overhead), per_sample=delay + overhead, load_seconds=0.0,
                        select_per_candidate=0.0, origin=profile.origin if profile else "", units_per_sample=0.0)

@@ -21,9 +21,9 @@ of finding them one per invocation after a model load of minutes. Checked, in th
   answers, each hub model's access is checked once (``huggingface_hub.auth_check``, bounded), so a gated
   LLaMA without granted access is reported before anything loads.
 
-Every fix is written as the command-line overrides that apply it (``task=imagenet task.options.subset=all``,
-``++task.options.expected_count=null`` where the key is new), with the group selection prefixed when the
-command line did not select that group.
+Every fix is written as the command-line overrides that apply it (``task=<name> task.path=<file>``,
+``++task.options.<key>=null`` where the key is new), with the group selection prefixed when the command line did not
+select that group.
 """
 from __future__ import annotations
 

@@ -118,6 +118,7 @@ class Cell:
         (a later run may add metrics to a cell; each sample's stored record says which it covers)."""
         model = _plain(self.model)
         model.pop("paper_name", None)
+        from ..data.registry import dataset_spec
         from ..methods.registry import get_method
 
         task = _plain(self.task)
@@ -128,7 +129,7 @@ class Cell:
                 task.pop(key, None)
         if task.get("contrastive", True):  # the default: as before the field existed
             task.pop("contrastive", None)
-        task["options"] = {k: v for k, v in task.get("options", {}).items() if k != "delay_s"}
+        task["options"] = dataset_spec(self.task.dataset).result_options(task.get("options", {}))
         settings = {"model": model, "task": task, "method": self.method, "protocol": self.protocol,
                     "aggregation": self.aggregation, "rules": self.rules, "stabilizers": self.stabilizer_choice,
                     "seed": self.seed}
@@ -191,13 +192,18 @@ def _to_object(node, schema):
 
 
 def _metric_applies(metric: str, task: TaskConfig) -> bool:
-    return task.kind in catalog.load("metric", metric).applies_to
+    """Whether the procedure ``metric`` evaluates the task's kind (its registration,
+    :mod:`palrp_bench.evaluation.procedures`; an unknown metric is a one-line error)."""
+    from ..evaluation.procedures import applies
+
+    return applies(metric, task.kind)
 
 
 def plan_cells(cfg: DictConfig) -> list[Cell]:
     """The cells of this invocation (see the module docstring), validated: every name exists, every metric
-    applies to its task, the rules override is a known composite, the model loader and the task kind are
-    registered."""
+    applies to its task, the rules override is a known composite, the model loader, the task kind and the dataset
+    are registered."""
+    from ..data.registry import dataset_spec
     from ..evaluation.tasks import TASK_KINDS
     from ..methods.registry import get_method
     from ..methods.token_aggregation import check_embeddings
@@ -256,14 +262,13 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
         method.check_model_kind(model.kind.value, model.name)  # e.g. alti_logit on a masked LM
         LOADERS.lookup(model.loader, f" (model {model.name})")
         TASK_KINDS.lookup(task.kind, f" (task {task.name})")
+        dataset_spec(task.dataset, f" (task {task.name})")
         metrics = tuple(block_metrics) or tuple(task.metrics)
         for metric in metrics:
-            catalog.check_name("metric", metric)
             if not _metric_applies(metric, task):
                 raise BadInputError(f"metric {metric!r} does not apply to task {task.name!r} ({task.kind})",
                                     "remove it from the experiment / task metrics")
         if metric_choice is not None:
-            catalog.check_name("metric", metric_choice)
             if not _metric_applies(metric_choice, task):
                 if len(chosen) == 3:
                     raise BadInputError(f"metric {metric_choice!r} does not apply to task {task.name!r}",

@@ -46,8 +46,11 @@ def model_fingerprint(model_cfg) -> str:
 
 def data_fingerprint(task_cfg) -> str:
     """The data file(s) of a task by content (``task.path``), or the dataset name for hub / generated data, plus
-    the loader options (``delay_s`` of the self-test excluded: it only slows a run down)."""
-    options = {k: v for k, v in dict(task_cfg.options or {}).items() if k != "delay_s"}
+    the loader options that can change a sample's numbers (:meth:`~palrp_bench.data.registry.DatasetSpec.
+    result_options`: the self-test's ``delay_s`` only slows a run down)."""
+    from ..data.registry import dataset_spec
+
+    options = dataset_spec(task_cfg.dataset).result_options(task_cfg.options)
     identity = {"dataset": task_cfg.dataset, "options": options,
                 "data": source_fingerprint(task_cfg.path) if task_cfg.path else {"name": "hub-or-generated"}}
     return digest(identity)

@@ -125,7 +125,7 @@ def test_next_token_batches_go_to_the_model_together_and_equal_each_sample_alone
     together = adapter.evaluate(bundle, samples, ctx)
     assert explained == [(6, max(lengths))]
     # the 6 prompts (their arg-max is the tracked token), then their perturbed copies in full forwards of 64 rows
-    # (18.5 distinct rows per prompt besides the original: planning/cost.py NEXT_TOKEN_FORWARDS)
+    # (18.5 distinct rows per prompt besides the original: evaluation/procedures/nlp_perturbation.py NEXT_TOKEN_FORWARDS)
     assert forwarded[0] == 6 and forwarded[1:-1] == [64] * (len(forwarded) - 2) and sum(forwarded[1:]) >= 6 * 18
     assert len(forwarded) == 1 + math.ceil(sum(forwarded[1:]) / 64)
     forwarded.clear()

@@ -11,7 +11,9 @@ from palrp_bench.data.imdb import MEAN_REVIEW_TOKENS
 from palrp_bench.data.synthetic_evidence import MEAN_CONTEXT_TOKENS as EVIDENCE_CONTEXT_TOKENS, MEAN_TOKENS as EVIDENCE_TOKENS
 from palrp_bench.data.synthetic_text import MEAN_TOKENS
 from palrp_bench.planning import cost
-from palrp_bench.planning.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM, NLP_FORWARDS, VISION_FORWARDS, Architecture, CostConstants,
+from palrp_bench.evaluation.procedures.nlp_perturbation import NEXT_TOKEN_FORWARDS, NLP_FORWARDS
+from palrp_bench.evaluation.procedures.vision_perturbation import VISION_FORWARDS
+from palrp_bench.planning.cost import (NF4_BYTES_PER_PARAM, Architecture, CostConstants,
                                      Work, architecture_of, hf_architecture, estimate, load_constants,
                                      peak_memory, sample_work, user_cost_path, work_units)
 from palrp_bench.runner.plan import plan_cells

@@ -33,11 +33,20 @@ def test_method_files_match_the_registry():
     assert set(catalog.available("method")) == set(METHODS)
 
 
+def test_metric_files_match_the_procedures():
+    """``metric=<name>`` selects a registered procedure: the config group and the registry hold the same names."""
+    from palrp_bench.evaluation.procedures import PROCEDURES
+
+    assert set(catalog.available("metric")) == set(PROCEDURES.names())
+
+
 def test_task_metrics_apply_to_their_task():
+    from palrp_bench.evaluation.procedures import applies
+
     for name in catalog.available("task"):
         task = OmegaConf.to_object(catalog.load("task", name))
         for metric in task.metrics:
-            assert task.kind in catalog.load("metric", metric).applies_to, (name, metric)
+            assert applies(metric, task.kind), (name, metric)
 
 
 def test_schema_rejects_bad_values_naming_the_key():

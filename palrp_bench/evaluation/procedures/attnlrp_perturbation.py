@@ -40,8 +40,10 @@ import torch
 from ...errors import BadInputError, is_out_of_memory
 from ...metrics.delta_a import PROCESSES, curve_area
 from ...rundir import SCALAR
+from ..explained import PixelBatch, Seq2SeqBatch
+from . import register_procedure
 from .nlp_perturbation import TextReadout, check_right_padded
-from .vision_perturbation import model_device_dtype
+from .vision_perturbation import model_device_dtype, resolve_normalization
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ VISION_PROCESS = "flipping"
 
 __all__ = ["PROCESSES", "TEXT_PROCESS", "VISION_PROCESS", "step_counts", "feature_order", "perturbed_keep",
            "LogitCurves", "ForwardChunk", "logit_curves", "token_logit_curves", "seq2seq_token_logit_curves", "pixel_logit_curves",
-           "area_rows"]
+           "area_rows", "curve_forwards"]
 
 
 def step_counts(n_features: int, max_steps: int | None = None) -> np.ndarray:
@@ -284,3 +286,40 @@ def area_rows(curves: LogitCurves, process: str) -> list[tuple[str, str, float |
     :mod:`palrp_bench.metrics.delta_a`)."""
     a_morf, a_lerf = curves.areas()
     return [("a_morf", process, SCALAR, a_morf), ("a_lerf", process, SCALAR, a_lerf)]
+
+
+# ------------------------------------------------------------------------------------- the procedure of a cell
+def curve_forwards(n_features: float, steps: int | None) -> float:
+    """Forwards of one sample: most- and least-relevant-first curves over ``min(N, steps) + 1`` steps each, sharing
+    the empty and the full input."""
+    return 2.0 * (n_features if steps is None else min(n_features, int(steps)))
+
+
+@register_procedure(
+    "attnlrp_perturbation", applies_to=("text_classification", "next_token", "image_classification", "seq2seq_qa"),
+    forwards=lambda kind, shape, task: curve_forwards(shape.perturbed_features, task.perturbation_steps),
+    needs=("scores_signed",),
+    description="area between the least- and most-relevant-first curves of the explained logit (zero baseline)")
+def run_attnlrp_perturbation(batch, ctx) -> None:
+    """Per-sample areas ``a_morf`` / ``a_lerf`` of the explained logit while features go to the zero baseline (module
+    docstring): tokens inserted into an all-zero embedding input (text; an encoder-decoder's context tokens only),
+    pixels of the normalised input flipped to 0 in the order of the signed map (images)."""
+    ok, model = batch.ok, batch.model
+    steps, rows = ctx.task.perturbation_steps, ctx.forward_batch_size
+    targets = [batch.explained[j] for j in ok]
+    if isinstance(batch, PixelBatch):
+        process = VISION_PROCESS
+        pixels = resolve_normalization(model)(batch.images[ok]).to(batch.bundle.device)
+        curves = pixel_logit_curves(model, pixels, batch.scores_signed[ok].to(batch.bundle.device), targets,
+                                    process=process, max_steps=steps, batch_size=rows)
+    elif isinstance(batch, Seq2SeqBatch):
+        process = TEXT_PROCESS
+        curves = seq2seq_token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok], batch.context[ok],
+                                            batch.scores[ok], targets, batch.decoder_input_ids[ok], process=process,
+                                            max_steps=steps, batch_size=rows)
+    else:
+        process = TEXT_PROCESS
+        curves = token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok], batch.scores[ok], targets,
+                                    process=process, max_steps=steps, batch_size=rows)
+    for k, j in enumerate(ok):
+        batch.rows[j] += area_rows(curves[k], process)

@@ -69,6 +69,8 @@ from tqdm.auto import tqdm
 from ...errors import BadInputError, UnsupportedModelError
 from ...metrics.auc import NLP_FRACTIONS
 from ...protocol import check_protocol
+from ..explained import TokenBatch
+from . import register_procedure
 
 __all__ = [
     "PerturbationTask",
@@ -570,3 +572,35 @@ def _read_unique(model, rows: torch.Tensor, masks: torch.Tensor, tracked: torch.
     unsorted = torch.empty_like(out)
     unsorted[by_length] = out
     return unsorted[inverse]
+
+
+# ------------------------------------------------------------------------------------- the procedure of a cell
+#: perturbed rows per NLP sample actually forwarded: original + 11 generation + 11 pruning steps, minus the three
+#: duplicates (generation 100% = pruning 0% = original; generation 0% = pruning 100% = all UNK), docs/protocol.md
+#: section 2
+NLP_FORWARDS = 20
+#: next-token tasks prune by signed relevance, so with an even number N of perturbable tokens generation 50% and
+#: pruning 50% keep the same N/2 tokens: one more duplicate for half the samples
+NEXT_TOKEN_FORWARDS = 19.5
+#: the task kinds it evaluates and the forwards it adds to one of their samples
+FORWARDS = {"text_classification": float(NLP_FORWARDS), "next_token": NEXT_TOKEN_FORWARDS}
+
+
+@register_procedure("nlp_perturbation", applies_to=tuple(FORWARDS), forwards=lambda kind, shape, task: FORWARDS[kind],
+                    description="token generation / pruning with UNK; AUAC (higher better) and AU-MSE (lower better)")
+def run_nlp_perturbation(batch: TokenBatch, ctx) -> None:
+    """Generation and pruning curves of every sample (:func:`nlp_perturbation_curves` under the batch's rules): rows
+    ``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions."""
+    ok = batch.ok
+    kwargs = dict(task=batch.perturbation_task, attention_mask=batch.attention_mask[ok], protocol=ctx.protocol,
+                  tokenizer=batch.bundle.tokenizer, batch_size=ctx.forward_batch_size, show_progress=False)
+    if batch.labels is not None:
+        kwargs["labels"] = [batch.labels[j] for j in ok]
+    else:
+        kwargs["causal"] = batch.causal
+    curves = nlp_perturbation_curves(batch.model, batch.input_ids[ok], batch.scores[ok], **kwargs)
+    for k, j in enumerate(ok):
+        for variant in ("generation", "pruning"):
+            for metric in ("ac", "mse"):
+                batch.rows[j] += [(metric, variant, step, float(v))
+                                  for step, v in zip(NLP_FRACTIONS.labels, curves[variant][metric][k])]

@@ -13,9 +13,12 @@ import torch
 
 from ...data.base import ImageSample
 from ...errors import BadInputError
-from ...metrics.segmentation import SegmentationAccumulator
+from ...metrics.segmentation import SegmentationAccumulator, segmentation_counts
+from ...rundir import SCALAR
+from ..explained import PixelBatch
+from . import register_procedure
 
-__all__ = ["segmentation_protocol", "segmentation_protocol_on_samples"]
+__all__ = ["segmentation_protocol", "segmentation_protocol_on_samples", "SEGMENTATION_THRESHOLD"]
 
 
 def segmentation_protocol(batches: Iterable[tuple], *, threshold: str = "mean",
@@ -75,3 +78,31 @@ def segmentation_protocol_on_samples(samples: Iterable[ImageSample], explain_map
         return maps.detach(), masks, [s.sample_id for s in buffer]
 
     return segmentation_protocol(batches(), threshold=threshold, accumulator=accumulator, progress=progress)
+
+
+# ------------------------------------------------------------------------------------- the procedure of a cell
+#: how the predicted-class map is thresholded into a foreground (docs/protocol.md section 4)
+SEGMENTATION_THRESHOLD = "mean"
+
+
+@register_procedure("segmentation", applies_to=("image_segmentation",),
+                    description="foreground = map > mean(map); pooled pixel accuracy and mIoU (x100), mean AP")
+def run_segmentation(batch: PixelBatch, ctx) -> None:
+    """Per-image pixel counts of the mean-thresholded predicted-class map against the mask (``pix_correct``,
+    ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
+    (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``."""
+    ok = batch.ok
+    if any(batch.masks[i] is None for i in ok):
+        raise BadInputError(f"task {ctx.task.name!r} has samples without a segmentation mask",
+                            "use a dataset with masks (imagenet_seg, synthetic_vision) for metric=segmentation")
+    masks = torch.stack([torch.as_tensor(batch.masks[i]) for i in ok])
+    counts = segmentation_counts(batch.scores[ok], masks, SEGMENTATION_THRESHOLD)
+    variant = f"{SEGMENTATION_THRESHOLD}_threshold"
+    for k, i in enumerate(ok):
+        batch.rows[i] += [("pix_correct", variant, SCALAR, float(counts.correct[k])),
+                          ("pix_labeled", variant, SCALAR, float(counts.labeled[k])),
+                          ("inter_bg", variant, SCALAR, float(counts.intersection[k, 0])),
+                          ("union_bg", variant, SCALAR, float(counts.union[k, 0])),
+                          ("inter_fg", variant, SCALAR, float(counts.intersection[k, 1])),
+                          ("union_fg", variant, SCALAR, float(counts.union[k, 1])),
+                          ("ap", variant, SCALAR, float(counts.average_precision[k]))]

@@ -35,11 +35,14 @@ import torch
 from ...data.sample_ids import stable_hash
 from ...errors import BadInputError
 from ...metrics.maps import as_map_batch
-from ...metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break
+from ...metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break, tied_pixel_share
 from ...numerics import device_kind
+from ...rundir import SCALAR
+from ..explained import PixelBatch
+from . import register_procedure
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "tie_order_device",
-           "perturbed_logits", "vision_perturbation_curves"]
+           "perturbed_logits", "vision_perturbation_curves", "VISION_FORWARDS"]
 
 #: what :func:`tie_order_device` says under ``tie_break="random"``: the order is the same on every device
 ANY_DEVICE = "any"
@@ -231,3 +234,44 @@ def vision_perturbation_curves(model, images, maps, labels=None, positive=True, 
                                 "pass class indices of the model's output")
         reference = labels.long()
     return (logits.argmax(dim=-1) == reference[:, None]).float()
+
+
+# ------------------------------------------------------------------------------------- the procedure of a cell
+#: pixel perturbation forwards per image: positive and negative, each 9 steps of the predicted-class map plus the
+#: original (for its prediction) and 9 steps of the target-class map (docs/protocol.md section 3)
+VISION_FORWARDS = 38
+
+
+@register_procedure(
+    "vision_perturbation", applies_to=("image_classification",), forwards=lambda kind, shape, task: VISION_FORWARDS,
+    explanations=1, needs=("scores_target",),
+    description="blacken the most (positive) / least (negative) relevant pixels; AUC x100 of agreement / accuracy")
+def run_vision_perturbation(batch: PixelBatch, ctx) -> None:
+    """Rows ``agreement`` (predicted-class map, agreement with the original prediction) and, where every sample is
+    labelled (the batch then holds the labelled class's maps), ``accuracy`` (top-1 accuracy), variants
+    ``positive`` / ``negative``, steps ``p = 0.1..0.9`` (:func:`vision_perturbation_curves`, tie-break
+    ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map (variants
+    ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`); each sample's info records
+    ``tie_device``, the device kind that ordered tied pixels (:func:`tie_order_device`)."""
+    ok, model = batch.ok, batch.model
+    with_target = batch.scores_target is not None
+    ties = dict(protocol=ctx.protocol, tie_break=ctx.tie_break, seed=ctx.seed,
+                sample_ids=[batch.samples[i].sample_id for i in ok], batch_size=ctx.forward_batch_size)
+    tie_device = tie_order_device(model, ctx.protocol, ctx.tie_break)
+    for i in ok:
+        batch.infos[i]["tie_device"] = tie_device
+    maps = {"predicted": batch.scores[ok]} | ({"target": batch.scores_target[ok]} if with_target else {})
+    for kind, kind_maps in maps.items():
+        share = tied_pixel_share(kind_maps)
+        for k, i in enumerate(ok):
+            batch.rows[i].append(("tied_pixel_share", kind, SCALAR, float(share[k])))
+    images = batch.images[ok]
+    for positive, variant in ((True, "positive"), (False, "negative")):
+        agree = vision_perturbation_curves(model, images, maps["predicted"], None, positive, **ties)
+        for k, i in enumerate(ok):
+            batch.rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
+        if with_target:
+            acc = vision_perturbation_curves(model, images, maps["target"], torch.tensor([batch.labels[i] for i in ok]),
+                                             positive, **ties)
+            for k, i in enumerate(ok):
+                batch.rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]

@@ -6,7 +6,7 @@ Tables 1-2), ``next_token`` (ARC-Easy MCQA, Wikipedia, Table 3), ``image_classif
 perturbation, Table 4, Appendix F), ``image_segmentation`` (Table 5) and ``selftest`` (the harness self-test).
 Every module of this package is imported when the registry is first used, so a new task kind is one module.
 
-An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
+An adapter extends :class:`~palrp_bench.evaluation.tasks.base.TaskAdapter` and provides
 
 * ``model_kinds``: the model kinds it evaluates (``classifier``, ``causal``, ``vit``, ``none``; the preflight
   refuses a cell pairing it with another kind before any model loads, :mod:`palrp_bench.planning.preflight`);
@@ -14,10 +14,13 @@ An adapter provides (:class:`~palrp_bench.evaluation.tasks.base.TaskAdapter`)
   sequence with ``sample_ids`` loads or tokenises only the samples that are used);
 * ``correct(bundle, samples, ctx) -> list[bool]``: whether the model predicts each sample correctly (tasks with a
   prediction-dependent selection, docs/protocol.md section 2);
-* ``evaluate(bundle, samples, ctx, metrics) -> list[SampleResult]``: explain a batch with the cell's method and
-  run the given metrics (the cell's metric configs not stored yet for these samples), returning per-sample rows
-  ``(metric, variant, step, value)``. An explanation found in the cell's explanation cache (``ctx.cache``) is
-  reused instead of recomputed.
+* ``explain(bundle, samples, ctx, needs) -> Iterable[ExplainedBatch]``: the samples explained with the cell's
+  method (an explanation found in the cell's explanation cache, ``ctx.cache``, is reused), with what the cell's
+  procedures need (:mod:`palrp_bench.evaluation.explained`); ``evaluate`` then runs the procedures on every batch
+  (one shared loop, :func:`palrp_bench.evaluation.procedures.evaluate_batch`) and returns per-sample rows
+  ``(metric, variant, step, value)``;
+* ``sample_shape(cell, arch)``: one sample as the cost model sees it (the kind's work per sample; each procedure
+  adds its forwards, :mod:`palrp_bench.planning.cost`).
 
 The runner does everything else (selection, sharding, resume, storage). Per-sample results must not depend on
 which other samples share the batch. A sample whose relevance is NaN or infinite is not fatal: its result carries

@@ -1,14 +1,13 @@
-"""What task adapters receive and return (:mod:`palrp_bench.evaluation.tasks`)."""
+"""What task adapters receive and return, and the base every adapter extends (:mod:`palrp_bench.evaluation.tasks`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterable, Sequence
 
-import numpy as np
+from ...data.registry import dataset_spec, load_dataset
+from ..explained import ExplainedBatch, SampleResult, SampleShape, nonfinite_result
 
-from ...rundir import NO_VARIANT, NONFINITE_METRIC, SCALAR
-
-__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result", "pad_id"]
+__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result", "pad_id", "dataset_tokens"]
 
 
 @dataclass
@@ -82,35 +81,59 @@ class JobContext:
                 "params": self.method_params, "batch_size": self.forward_batch_size}
 
 
-@dataclass
-class SampleResult:
-    """What an adapter returns for one sample: result rows, descriptive info, and arrays worth caching."""
+class TaskAdapter:
+    """The one place that knows how a kind of task evaluates its samples (:mod:`palrp_bench.evaluation.tasks`).
 
-    sample_id: str
-    rows: list[tuple[str, str, float | None, float]]
-    info: dict = field(default_factory=dict)
-    explanation: dict[str, np.ndarray] | None = None
+    * ``model_kinds``: the model kinds (``configs/model/*.yaml`` ``kind``, :class:`palrp_bench.schema.ModelKind`) it
+      evaluates; the preflight refuses any other before a model loads;
+    * :meth:`load_samples`: the candidate pool in dataset order;
+    * :meth:`correct`: whether the model predicts each sample correctly (prediction-dependent selections);
+    * :meth:`explain`: the explained batches of some samples (:class:`~palrp_bench.evaluation.explained.
+      ExplainedBatch`), holding what the procedures ``needs`` besides the scores;
+    * :meth:`evaluate`: explain, then run the cell's procedures on every batch (one shared loop,
+      :func:`palrp_bench.evaluation.procedures.evaluate_batch`);
+    * :meth:`sample_shape`: one sample of a cell as the cost model sees it (the kind's work per sample);
+      :meth:`batch_tokens`: the tokens of a real batch, where they vary (calibration).
+    """
 
-    @property
-    def nonfinite(self) -> bool:
-        return any(r[0] == NONFINITE_METRIC for r in self.rows)
+    model_kinds: tuple[str, ...] = ()
+
+    def load_samples(self, task, bundle) -> Sequence:
+        """The pool as the task's dataset loads it (a lazy sequence where the loader makes one)."""
+        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
+                            tokenizer=bundle.tokenizer)
+
+    def correct(self, bundle, samples: list, ctx: JobContext) -> list[bool]:
+        raise NotImplementedError
+
+    def explain(self, bundle, samples: list, ctx: JobContext, needs: frozenset[str] = frozenset()
+                ) -> Iterable[ExplainedBatch]:
+        raise NotImplementedError
+
+    def evaluate(self, bundle, samples: list, ctx: JobContext, metrics: Sequence[str] | None = None
+                 ) -> list[SampleResult]:
+        """Per-sample rows of ``samples`` under the procedures ``metrics`` (default: the cell's, ``ctx.metrics``)."""
+        from ..procedures import evaluate_batch
+
+        return evaluate_batch(self, bundle, list(samples), ctx, tuple(ctx.metrics if metrics is None else metrics))
+
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape | None:
+        """One sample of ``cell`` (its model config, task, method) on a model of architecture ``arch``
+        (:class:`~palrp_bench.models.architecture.Architecture`); None when its size is unknown."""
+        raise NotImplementedError
+
+    def batch_tokens(self, batch: Sequence) -> list[tuple[float, float]] | None:
+        """``(explained tokens, forwarded tokens)`` of each sample of a real batch, where they vary by sample (None:
+        every sample has the shape of :meth:`sample_shape`)."""
+        return None
 
 
-class TaskAdapter(Protocol):
-    #: the model kinds (``configs/model/*.yaml`` ``kind``, :class:`palrp_bench.schema.ModelKind`) this task kind
-    #: evaluates; the preflight refuses any other before a model loads
-    model_kinds: tuple[str, ...]
-
-    def load_samples(self, task, bundle) -> list: ...
-
-    def correct(self, bundle, samples: list, ctx: JobContext) -> list[bool]: ...
-
-    def evaluate(self, bundle, samples: list, ctx: JobContext, metrics: tuple[str, ...]) -> list[SampleResult]: ...
-
-
-def nonfinite_result(sample_id: str, info: dict | None = None) -> SampleResult:
-    """The record of a sample whose relevance contains NaN or inf."""
-    return SampleResult(sample_id, [(NONFINITE_METRIC, NO_VARIANT, SCALAR, 1.0)], dict(info or {}, nonfinite=True))
+def dataset_tokens(task) -> tuple[float | None, float | None, int | None]:
+    """``(mean tokens, mean context tokens, padded length)`` of a task's samples, from its dataset's spec."""
+    spec = dataset_spec(task.dataset, f" (task {task.name})")
+    options = spec.resolve_options(task.options)
+    return spec.mean_tokens(options), spec.mean_context_tokens(options), spec.padded(options)
 
 
 def pad_id(bundle) -> int:

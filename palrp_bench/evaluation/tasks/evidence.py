@@ -26,8 +26,8 @@ token.
 Selection ``correct_only``: a sample is correct when ``logit(target) > logit(foil)`` at the read-out position (one
 plain forward). One explanation per sample (``palrp_bench.explain`` with ``target`` and, when the task is
 ``contrastive`` (the default), ``foil``: the explained value is ``logit(target) - logit(foil)``; otherwise the
-target's logit alone), scored under each evaluation mask (:func:`evaluation_masks`) with
-:func:`palrp_bench.metrics.evidence.evidence_rows`:
+target's logit alone), scored under each evaluation mask (:func:`evaluation_masks`) by the ``evidence`` procedure
+(:mod:`palrp_bench.evaluation.procedures.evidence`):
 
 * ``default``: every token but those the tokenizer added ([MASK] stays); qa: the context tokens only;
 * ``with_special``: ``default`` plus the tokens the tokenizer added;
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -45,9 +45,9 @@ import torch
 from ...data.evidence_common import EvidencePool, EvidenceSample, render, tokens_overlapping
 from ...data.registry import load_dataset
 from ...errors import BadInputError
-from ...metrics.evidence import evidence_rows
+from ..explained import EvidenceBatch, SampleShape
 from . import register_task
-from .base import JobContext, SampleResult, nonfinite_result, pad_id
+from .base import JobContext, TaskAdapter, dataset_tokens, pad_id
 
 __all__ = ["EvidenceAdapter", "PreparedEvidence", "ADAPTER_DROPS", "prepare_evidence", "evaluation_masks",
            "word_token", "model_head", "max_positions"]
@@ -204,18 +204,8 @@ def _batch(samples: Sequence[PreparedEvidence], pad_id: int) -> tuple[torch.Tens
     return ids, mask
 
 
-def _flags(samples: Sequence[PreparedEvidence], masks: list[dict], name: str, width: int):
-    valid = torch.zeros((len(samples), width), dtype=torch.bool)
-    evidence = torch.zeros((len(samples), width), dtype=torch.bool)
-    for i, m in enumerate(masks):
-        v, e = m[name]
-        valid[i, :len(v)] = torch.tensor(v, dtype=torch.bool)
-        evidence[i, :len(e)] = torch.tensor(e, dtype=torch.bool)
-    return valid, evidence
-
-
 @register_task("evidence")
-class EvidenceAdapter:
+class EvidenceAdapter(TaskAdapter):
     """The evidence benchmark (module docstring): causal and masked language models."""
 
     model_kinds = ("causal", "masked_lm")
@@ -293,26 +283,23 @@ class EvidenceAdapter:
                            "stabilizers": np.asarray(rel.extras["stabilizers"])})
         return scores, infos, arrays
 
-    def evaluate(self, bundle, samples, ctx, metrics=("evidence",)) -> list[SampleResult]:
+    def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[EvidenceBatch]:
+        """The batch's scores (:meth:`_explained`) and each sample's evaluation masks (:func:`evaluation_masks`)."""
         samples = list(samples)
         width = max(len(s) for s in samples)
         scores, infos, arrays = self._explained(bundle, samples, ctx, width)
-        masks = [evaluation_masks(s) for s in samples]
         finite = [bool(torch.isfinite(scores[j, :len(s)]).all()) for j, s in enumerate(samples)]
-        rows: list[list] = [[] for _ in samples]
-        if "evidence" in metrics:
-            names = list(dict.fromkeys(name for m in masks for name in m))
-            for name in names:
-                members = [j for j, m in enumerate(masks) if name in m and finite[j]]
-                if not members:
-                    continue
-                valid, evidence = _flags([samples[j] for j in members], [masks[j] for j in members], name, width)
-                for j, sample_rows in zip(members, evidence_rows(scores[members], evidence, valid, name)):
-                    rows[j] += sample_rows
-        results = []
-        for j, sample in enumerate(samples):
-            if not finite[j]:
-                results.append(nonfinite_result(sample.sample_id, infos[j]))
-            else:
-                results.append(SampleResult(sample.sample_id, rows[j], infos[j], arrays[j]))
-        return results
+        yield EvidenceBatch(bundle, samples, list(range(len(samples))), scores, [info["explained"] for info in infos],
+                            infos, arrays, finite, [None] * len(samples),
+                            masks=[evaluation_masks(s) for s in samples])
+
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape | None:
+        """The dataset's mean tokens, explained (each a feature) and forwarded once in the selection."""
+        real, _, _ = dataset_tokens(cell.task)
+        return None if real is None else SampleShape(real, real, round(real), real)
+
+    def batch_tokens(self, batch) -> list[tuple[float, float]]:
+        """The batch's width explained, each prepared sample's tokens forwarded."""
+        width = max(len(s) for s in batch)
+        return [(float(width), float(len(s))) for s in batch]

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Iterator
 
 import numpy as np
+import torch
 
 from ...data.registry import dataset_spec, load_dataset
 from ...data.sample_ids import stable_hash
 from ...data.selftest import SelftestSample
 from ...metrics.auc import NLP_FRACTIONS
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ..explained import SampleShape, SelftestBatch
 from . import register_task
-from .base import SampleResult, nonfinite_result
+from .base import TaskAdapter
 
 
 def selftest_values(sample_id: str, method: str) -> dict[str, np.ndarray]:
@@ -37,7 +39,7 @@ def selftest_correct(sample_id: str) -> bool:
 
 
 @register_task("selftest")
-class SelftestAdapter:
+class SelftestAdapter(TaskAdapter):
     """``task=selftest``: options ``n`` (samples), ``delay_s`` (seconds per sample, to let tests kill a run
     mid-way), ``nonfinite_every`` (every k-th sample gets a NaN relevance; 0 = never)."""
 
@@ -49,27 +51,28 @@ class SelftestAdapter:
     def correct(self, bundle, samples, ctx) -> list[bool]:
         return [selftest_correct(s.sample_id) for s in samples]
 
-    def evaluate(self, bundle, samples, ctx, metrics=("selftest",)) -> list[SampleResult]:
+    def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[SelftestBatch]:
+        """Each sample's pseudo-curves (:func:`selftest_values`), after ``delay_s``; every ``nonfinite_every``-th
+        sample's relevance is NaN."""
         options = dataset_spec(ctx.task.dataset).resolve_options(ctx.task.options)
         delay, every = float(options["delay_s"]), int(options["nonfinite_every"])
-        results = []
+        values = []
         for sample in samples:
             if delay:
                 time.sleep(delay)
-            values = selftest_values(sample.sample_id, ctx.method)
-            info = {"rules": ctx.rules or "none", "aggregation": ctx.aggregation}
+            v = selftest_values(sample.sample_id, ctx.method)
             if every and sample.index % every == 0:
-                values["scores"][0] = math.nan
-            if not np.isfinite(values["scores"]).all():
-                results.append(nonfinite_result(sample.sample_id, info))
-                continue
-            rows: list[tuple[str, str, float | None, float]] = []
-            for variant in ("generation", "pruning"):
-                for metric in ("ac", "mse"):
-                    rows += [(metric, variant, step, float(v))
-                             for step, v in zip(NLP_FRACTIONS.labels, values[f"{variant}_{metric}"])]
-            rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(selftest_correct(sample.sample_id))))
-            results.append(SampleResult(sample.sample_id, rows, info,
-                                        {"scores": values["scores"].astype(np.float32)}))
-        return results
+                v["scores"][0] = math.nan
+            values.append(v)
+        finite = [bool(np.isfinite(v["scores"]).all()) for v in values]
+        yield SelftestBatch(bundle, list(samples), list(range(len(samples))),
+                            torch.as_tensor(np.stack([v["scores"] for v in values])), [0] * len(samples),
+                            [{"rules": ctx.rules or "none", "aggregation": ctx.aggregation} for _ in samples],
+                            [{"scores": v["scores"].astype(np.float32)} for v in values], finite,
+                            [selftest_correct(s.sample_id) for s in samples], values=values)
 
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape:
+        """No model: nothing is explained or forwarded; each sample waits ``delay_s``."""
+        options = dataset_spec(cell.task.dataset).resolve_options(cell.task.options)
+        return SampleShape(0.0, 0.0, 0, 0.0, explanations=0, wait_s=float(options["delay_s"]))

@@ -17,12 +17,13 @@ Per sample (an :class:`~palrp_bench.data.evidence_common.EvidenceSample` of task
   one answer, the word itself). The paper says only "We calculate attributions for accurately answered
   questions" (section 4.1); exact match is our reading of "accurately".
 
-Metrics (``ctx.metrics``):
+Metrics (``ctx.metrics``; the procedures of :mod:`palrp_bench.evaluation.procedures` read the batch as a
+:class:`~palrp_bench.evaluation.explained.Seq2SeqBatch`):
 
 * ``attnlrp_perturbation``: insertion curves over the context tokens only (B.1: "we only perturb the tokens
   inside the context"), zero baseline on whole encoder token embeddings
-  (:func:`palrp_bench.evaluation.procedures.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` / ``a_lerf``
-  (variant ``insertion``) -> ``delta_a``;
+  (:func:`palrp_bench.evaluation.procedures.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` /
+  ``a_lerf`` (variant ``insertion``) -> ``delta_a``;
 * ``iou``: on correctly answered samples only, the IoU of the context tokens with positive relevance and the
   answer-span tokens (:func:`palrp_bench.metrics.evidence.positive_iou`, valid = the context tokens: the
   evaluation mask ``default``), row ``iou`` (variant ``default``);
@@ -32,27 +33,22 @@ explained at its real length; padding is never a feature).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from ...data.evidence_common import EvidenceSample, render, tokens_overlapping
-from ...data.registry import load_dataset
 from ...data.squad import squad_exact_match
 from ...errors import BadInputError
-from ...metrics.evidence import IOU_METRIC, positive_iou
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..procedures.attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
+from ..explained import SampleShape, Seq2SeqBatch
 from . import register_task
-from .base import SampleResult, nonfinite_result, pad_id
+from .base import TaskAdapter, dataset_tokens, pad_id
 
-__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_VARIANT", "encode_qa"]
+__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "encode_qa"]
 
 #: most tokens of a generated answer (SQuAD answers are short: the longest of v2.0's validation answers has 29 words)
 ANSWER_MAX_TOKENS = 32
-#: the evaluation mask of the ``iou`` rows: the context tokens (as the evidence metrics' qa ``default``)
-IOU_VARIANT = "default"
 
 
 def encode_qa(tokenizer, sample: EvidenceSample) -> tuple[list[int], list[bool], list[bool]]:
@@ -84,7 +80,7 @@ def _start_id(model) -> int:
 
 
 @register_task("seq2seq_qa")
-class Seq2SeqQAAdapter:
+class Seq2SeqQAAdapter(TaskAdapter):
     """Extractive QA with an encoder-decoder (module docstring)."""
 
     model_kinds = ("seq2seq",)
@@ -92,10 +88,6 @@ class Seq2SeqQAAdapter:
     def sample_length(self, sample: EvidenceSample) -> int:
         """The prompt's length in characters (the runner batches similar lengths; tokens follow characters)."""
         return len(sample.context) + len(sample.question)
-
-    def load_samples(self, task, bundle) -> Sequence[EvidenceSample]:
-        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
-                            tokenizer=bundle.tokenizer)
 
     def _encoded(self, bundle, samples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Right-padded ``(input_ids, attention_mask, context, answer)`` ``[B, T]`` of a batch."""
@@ -122,7 +114,9 @@ class Seq2SeqQAAdapter:
         ids, mask, _, _ = self._encoded(bundle, samples)
         return [squad_exact_match(a, _answers(s)) for s, a in zip(samples, self._answers_generated(bundle, ids, mask))]
 
-    def evaluate(self, bundle, samples, ctx, metrics=("attnlrp_perturbation",)) -> list[SampleResult]:
+    def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[Seq2SeqBatch]:
+        """The batch's encoder inputs, context and answer flags, the explanation of the first answer token and
+        whether the greedy answer is correct."""
         import palrp_bench
 
         ids, mask, context, answer = self._encoded(bundle, samples)
@@ -146,24 +140,18 @@ class Seq2SeqQAAdapter:
                            "answer_span": answer[j, :n].numpy(), "logit": np.asarray(float(rel.logit[j])),
                            "explained": np.asarray(int(rel.target[j])), "rules": np.asarray(rel.rules),
                            "aggregation": np.asarray(rel.aggregation)})
-        finite = torch.isfinite(scores).all(-1)
-        ok = [j for j in range(len(samples)) if bool(finite[j])]
-        areas = {}
-        if "attnlrp_perturbation" in metrics and ok:
-            curves = seq2seq_token_logit_curves(bundle.model, ids[ok], mask[ok], context[ok], scores[ok],
-                                                [infos[j]["explained"] for j in ok], start[ok],
-                                                process=TEXT_PROCESS, max_steps=ctx.task.perturbation_steps,
-                                                batch_size=ctx.forward_batch_size)
-            areas = dict(zip(ok, curves))
-        iou = positive_iou(scores, answer, context).tolist() if IOU_METRIC in metrics else None
-        results = []
-        for j, sample in enumerate(samples):
-            if j not in ok:
-                results.append(nonfinite_result(sample.sample_id, infos[j]))
-                continue
-            rows = area_rows(areas[j], TEXT_PROCESS) if j in areas else []
-            if iou is not None and correct[j]:
-                rows.append((IOU_METRIC, IOU_VARIANT, SCALAR, float(iou[j])))
-            rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[j])))
-            results.append(SampleResult(sample.sample_id, rows, infos[j], arrays[j]))
-        return results
+        yield Seq2SeqBatch(bundle, list(samples), list(range(len(samples))), scores,
+                           [info["explained"] for info in infos], infos, arrays, torch.isfinite(scores).all(-1).tolist(),
+                           correct, input_ids=ids, attention_mask=mask, context=context, answer=answer,
+                           decoder_input_ids=start)
+
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape | None:
+        """The prompt's mean tokens explained and forwarded with one decoder token; the context tokens are the
+        features (an explanation walks them, the insertion curves perturb them); the greedy answer (correctness)
+        costs about one more forward."""
+        real, context, _ = dataset_tokens(cell.task)
+        if real is None:
+            return None
+        context = float(context or real)
+        return SampleShape(real, real, round(context), context, forwards=1.0, decoder_tokens=1.0)

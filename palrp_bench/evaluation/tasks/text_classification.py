@@ -14,6 +14,7 @@ class TextClassificationAdapter(TextAdapter):
 
     model_kinds = ("classifier",)
     perturbation_task = "imdb"
+    padded = True
 
     def _groups(self, samples):
         order = sorted(range(len(samples)), key=lambda i: (len(samples[i].input_ids), i))

@@ -1,14 +1,11 @@
-"""What the two language task kinds share: loading the pool, batching, one explanation per batch (cached), the NLP
-perturbation curves (docs/protocol.md section 2) and the AttnLRP paper's insertion areas (metric
-``attnlrp_perturbation``,
-:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`). The kinds are :mod:`.text_classification` and
+"""What the two language task kinds share: loading the pool, batching, one explanation per batch (cached) handed to
+the procedures as a :class:`~palrp_bench.evaluation.explained.TokenBatch` (the NLP perturbation curves of
+docs/protocol.md section 2, the AttnLRP paper's insertion areas: :mod:`palrp_bench.evaluation.procedures`), plus
+``correct`` (0/1) when the sample has a gold answer. The kinds are :mod:`.text_classification` and
 :mod:`.next_token`.
 
 Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol;
-reused from the cell's explanation cache when present), then the generation / pruning perturbation curves
-(:func:`palrp_bench.evaluation.procedures.nlp_perturbation.nlp_perturbation_curves`) of every sample, stored as rows
-``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions, plus ``correct`` (0/1) when the sample has a
-gold answer.
+reused from the cell's explanation cache when present).
 
 Every sample is explained at its real length (its first ``meta['n_tokens']`` tokens; a batch is right-padded only
 to its longest real sample, and the runner batches samples of similar length, :meth:`TextAdapter.sample_length`).
@@ -25,18 +22,15 @@ Datasets (``task.dataset``) come from :func:`palrp_bench.data.registry.load_data
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from ...data.base import TextSample
-from ...data.registry import load_dataset
 from ...data.text_common import real_token_count
-from ...metrics.auc import NLP_FRACTIONS
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..procedures.attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
-from .base import JobContext, SampleResult, nonfinite_result, pad_id
+from ..explained import SampleShape, TokenBatch
+from .base import JobContext, TaskAdapter, dataset_tokens, pad_id
 
 __all__ = ["TextAdapter"]
 
@@ -57,7 +51,7 @@ def _batch(samples: list[TextSample], pad_id: int, *, real_only: bool = False) -
     return ids, mask
 
 
-class TextAdapter:
+class TextAdapter(TaskAdapter):
     """Shared by both language task kinds; subclasses say how "correct" is read and which perturbation rules
     apply (``perturbation_task`` of :data:`palrp_bench.evaluation.procedures.nlp_perturbation.TASKS`)."""
 
@@ -66,12 +60,6 @@ class TextAdapter:
     def sample_length(self, sample: TextSample) -> int:
         """The explained length of a sample (the runner batches similar lengths together)."""
         return real_token_count(sample)
-
-    def load_samples(self, task, bundle) -> Sequence[TextSample]:
-        """The pool as the loader returns it: real data sets are a
-        :class:`~palrp_bench.data.text_common.TextPool`, tokenised as selection and evaluation touch samples."""
-        return load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options,
-                            tokenizer=bundle.tokenizer)
 
     def _causal(self, ctx: JobContext) -> bool:
         return bool(ctx.task.causal)
@@ -132,47 +120,34 @@ class TextAdapter:
                            "stabilizers": np.asarray(rel.extras["stabilizers"])})
         return scores, infos, arrays
 
-    def evaluate(self, bundle, samples, ctx, metrics=("nlp_perturbation",)) -> list[SampleResult]:
-        from ..procedures.nlp_perturbation import nlp_perturbation_curves
-
-        results: dict[int, SampleResult] = {}
+    def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[TokenBatch]:
+        """One :class:`~palrp_bench.evaluation.explained.TokenBatch` per group (:meth:`_groups`): the samples as the
+        protocol perturbs them (right-padded), their scores and the perturbation rules of the kind."""
         for group in self._groups(samples):
             batch = [samples[i] for i in group]
             ids, mask = _batch(batch, pad_id(bundle))
             scores, infos, arrays = self._explained(bundle, batch, ids, mask, ctx)
-            finite = torch.isfinite(scores).all(-1)
-            for j, i in enumerate(group):
-                if not bool(finite[j]):
-                    results[i] = nonfinite_result(samples[i].sample_id, infos[j])
-            ok = [j for j in range(len(batch)) if bool(finite[j])]
-            if not ok:
-                continue
-            curves = None
-            if "nlp_perturbation" in metrics:
-                kwargs = dict(task=self._perturbation_task_of(ctx.task), attention_mask=mask[ok],
-                              protocol=ctx.protocol, tokenizer=bundle.tokenizer, batch_size=ctx.forward_batch_size,
-                              show_progress=False)
-                if self.perturbation_task == "imdb":
-                    kwargs["labels"] = [batch[j].label for j in ok]
-                else:
-                    kwargs["causal"] = self._causal(ctx)
-                curves = nlp_perturbation_curves(bundle.model, ids[ok], scores[ok], **kwargs)
-            areas = None
-            if "attnlrp_perturbation" in metrics:
-                areas = token_logit_curves(bundle.model, ids[ok], mask[ok], scores[ok],
-                                           [infos[j]["explained"] for j in ok], process=TEXT_PROCESS,
-                                           max_steps=ctx.task.perturbation_steps, batch_size=ctx.forward_batch_size)
-            correct = self._correct_flags(bundle, [batch[j] for j in ok], [infos[j]["explained"] for j in ok])
-            for k, j in enumerate(ok):
-                rows = []
-                if curves is not None:
-                    for variant in ("generation", "pruning"):
-                        for metric in ("ac", "mse"):
-                            rows += [(metric, variant, step, float(v))
-                                     for step, v in zip(NLP_FRACTIONS.labels, curves[variant][metric][k])]
-                if areas is not None:
-                    rows += area_rows(areas[k], TEXT_PROCESS)
-                if correct[k] is not None:
-                    rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[k])))
-                results[group[j]] = SampleResult(batch[j].sample_id, rows, infos[j], arrays[j])
-        return [results[i] for i in range(len(samples))]
+            explained = [info["explained"] for info in infos]
+            classifier = self.perturbation_task == "imdb"
+            yield TokenBatch(bundle, batch, group, scores, explained, infos, arrays,
+                             torch.isfinite(scores).all(-1).tolist(), self._correct_flags(bundle, batch, explained),
+                             input_ids=ids, attention_mask=mask,
+                             perturbation_task=self._perturbation_task_of(ctx.task),
+                             labels=[s.label for s in batch] if classifier else None, causal=self._causal(ctx))
+
+    padded = False  # whether the protocol pads the explained input (classification: to the dataset's length)
+
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape | None:
+        """The mean real tokens of the task's dataset, explained at its padded length where the kind pads (each a
+        feature of the explanation), forwarded and perturbed at the real length."""
+        real, _, padded = dataset_tokens(cell.task)
+        if real is None:
+            return None
+        explained = float((padded if cls.padded else None) or real)
+        return SampleShape(explained, real, round(explained), real)
+
+    def batch_tokens(self, batch) -> list[tuple[float, float]]:
+        """The batch's padded width explained, each sample's real tokens forwarded."""
+        width = max(len(s.input_ids) for s in batch)
+        return [(float(width), float(real_token_count(s))) for s in batch]

@@ -1,56 +1,38 @@
-"""What the two vision task kinds share: pixel perturbation + positional share, and segmentation (docs/protocol.md
-sections 3, 4). The kinds are :mod:`.image_classification` and :mod:`.image_segmentation`.
+"""What the two vision task kinds share: lazy image pools, one explanation per batch (two where the labelled class's
+maps are needed), cached (docs/protocol.md sections 3, 4). The kinds are :mod:`.image_classification` and
+:mod:`.image_segmentation`.
 
 Per batch: raw images in [0, 1] are normalised with the model's mean/std and explained for the predicted class
 (``palrp_bench.explain``); for the target curves (every sample labelled), a second explanation for the
 ground-truth class. Explanations come from the cell's explanation cache when present (a protocol added to a
 cell later reuses them).
-Then, by the cell's metrics:
-
-* ``vision_perturbation`` (Table 4): rows ``agreement`` (predicted-class map, agreement with the original
-  prediction) and ``accuracy`` (ground-truth map, top-1 accuracy), variants ``positive`` / ``negative``, steps
-  ``p = 0.1..0.9`` (:func:`palrp_bench.evaluation.procedures.vision_perturbation.vision_perturbation_curves`, tie-break
-  ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map
-  (variants ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`); each sample's
-  info records ``tie_device``, the device kind that ordered tied pixels
-  (:func:`palrp_bench.evaluation.procedures.vision_perturbation.tie_order_device`);
-* ``positional_share`` (Appendix F): signed totals ``relevance_semantic`` / ``relevance_positional`` (patches
-  only, what the maps use) and ``..._with_cls`` (CLS terms added), from the predicted-class pass;
-* ``attnlrp_perturbation`` (the AttnLRP paper's Table 1, appendix B.2): per-sample areas ``a_morf`` / ``a_lerf``
-  of the explained logit while pixels are flipped to 0 in the order of the signed map
-  (:mod:`palrp_bench.evaluation.procedures.attnlrp_perturbation`);
-* ``segmentation`` (Table 5): per-image pixel counts of the mean-thresholded predicted-class map against the
-  mask (``pix_correct``, ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
-  (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``;
-
-plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
-:func:`palrp_bench.data.registry.load_dataset` (``synthetic_vision``, ``imagenet``, ``imagenet_seg``).
+The batch goes to the cell's procedures as a :class:`~palrp_bench.evaluation.explained.PixelBatch`
+(:mod:`palrp_bench.evaluation.procedures`: ``vision_perturbation``, ``positional_share``, ``attnlrp_perturbation``,
+``segmentation``), plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
+:func:`palrp_bench.data.registry.load_dataset`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from ...data.base import ImageSample
-from ...data.registry import load_dataset, sample_ids_of
-from ...errors import BadInputError
-from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
-from ...metrics.segmentation import segmentation_counts
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
-from ..procedures.attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
-from .base import JobContext, SampleResult, nonfinite_result
+from ...data.registry import dataset_spec, load_dataset, sample_ids_of
+from ..explained import PixelBatch, SampleShape
+from .base import JobContext, TaskAdapter
 
-__all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
+__all__ = ["VisionAdapter", "LazyImageSample"]
 
-SEGMENTATION_THRESHOLD = "mean"
 #: what a cached explanation must hold to be reused (plus ``scores_target`` for the target-class curves)
 _CACHE_KEYS = {"scores", "explained", "logit", "rules", "aggregation", "stabilizers", "semantic_total",
                "positional_total", "semantic_total_incl_prefix", "positional_total_incl_prefix"}
 #: the cached names (one per batch), not arrays
 _NAME_KEYS = ("rules", "aggregation", "stabilizers")
+#: the totals of the positional share (Appendix F) per sample
+_TOTALS = ("semantic_total", "positional_total", "semantic_total_incl_prefix", "positional_total_incl_prefix")
 
 
 @dataclass
@@ -71,7 +53,7 @@ def _load_image_pool(task) -> list[LazyImageSample]:
     return [LazyImageSample(sid, dataset, i) for i, sid in enumerate(sample_ids_of(dataset))]
 
 
-class VisionAdapter:
+class VisionAdapter(TaskAdapter):
     model_kinds = ("vit",)
 
     def load_samples(self, task, bundle) -> list[LazyImageSample]:
@@ -143,81 +125,36 @@ class VisionAdapter:
                           for i, (a, c) in enumerate(zip(arrays, cached))]
         return batch, arrays
 
-    def evaluate(self, bundle, samples, ctx, metrics=()) -> list[SampleResult]:
-        from ..procedures.vision_perturbation import resolve_normalization, tie_order_device, vision_perturbation_curves
-        metrics = set(metrics or ctx.metrics)
+    def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[PixelBatch]:
+        """The batch's images and their explanations (:meth:`_explained`): the labelled class's maps where
+        ``needs`` asks for ``scores_target`` and every sample is labelled, the signed map where it asks for
+        ``scores_signed``."""
         samples = [s.load() for s in samples]
         images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         labels = [s.label for s in samples]
-        with_target = "vision_perturbation" in metrics and all(label is not None for label in labels)
-        with_signed = "attnlrp_perturbation" in metrics
-        ex, arrays = self._explained(bundle, samples, images, ctx, with_target, with_signed)
+        with_target = "scores_target" in needs and all(label is not None for label in labels)
+        ex, arrays = self._explained(bundle, samples, images, ctx, with_target, "scores_signed" in needs)
         checked = [ex["scores"]] + ([ex["scores_target"]] if with_target else [])
         finite = torch.stack([torch.isfinite(t.float()).flatten(1).all(1) for t in checked]).all(0)
         finite &= torch.isfinite(ex["positional_total"].float()) & torch.isfinite(ex["semantic_total"].float())
-        infos = [{**{k: ex[k] for k in _NAME_KEYS}, "explained": int(ex["explained"][i]),
-                  "logit": float(ex["logit"][i])} for i in range(len(samples))]
+        explained = [int(e) for e in ex["explained"]]
+        infos = [{**{k: ex[k] for k in _NAME_KEYS}, "explained": explained[i], "logit": float(ex["logit"][i])}
+                 for i in range(len(samples))]
         if "forward_passes" in ex:  # the cost of a fresh explanation (not known for cached ones)
             for i, info in enumerate(infos):
                 info["forward_passes"] = int(ex["forward_passes"][i])
-        ok = [i for i in range(len(samples)) if bool(finite[i])]
-        rows: dict[int, list] = {i: [] for i in ok}
-        if ok and "vision_perturbation" in metrics:
-            ties = dict(protocol=ctx.protocol, tie_break=ctx.tie_break, seed=ctx.seed,
-                        sample_ids=[samples[i].sample_id for i in ok], batch_size=ctx.forward_batch_size)
-            tie_device = tie_order_device(bundle.model, ctx.protocol, ctx.tie_break)
-            for i in ok:
-                infos[i]["tie_device"] = tie_device
-            maps = {"predicted": ex["scores"][ok]} | ({"target": ex["scores_target"][ok]} if with_target else {})
-            for kind, kind_maps in maps.items():
-                share = tied_pixel_share(kind_maps)
-                for k, i in enumerate(ok):
-                    rows[i].append(("tied_pixel_share", kind, SCALAR, float(share[k])))
-            for positive, variant in ((True, "positive"), (False, "negative")):
-                agree = vision_perturbation_curves(bundle.model, images[ok], maps["predicted"], None, positive, **ties)
-                for k, i in enumerate(ok):
-                    rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
-                if with_target:
-                    acc = vision_perturbation_curves(bundle.model, images[ok], maps["target"],
-                                                     torch.tensor([labels[i] for i in ok]), positive, **ties)
-                    for k, i in enumerate(ok):
-                        rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
-        if ok and with_signed:
-            pixels = resolve_normalization(bundle.model)(images[ok]).to(bundle.device)
-            curves = pixel_logit_curves(bundle.model, pixels, ex["scores_signed"][ok].to(bundle.device),
-                                        ex["explained"][ok], process=VISION_PROCESS,
-                                        max_steps=ctx.task.perturbation_steps, batch_size=ctx.forward_batch_size)
-            for k, i in enumerate(ok):
-                rows[i] += area_rows(curves[k], VISION_PROCESS)
-        if ok and "positional_share" in metrics:
-            for i in ok:
-                rows[i] += [("relevance_semantic", NO_VARIANT, SCALAR, float(ex["semantic_total"][i])),
-                            ("relevance_positional", NO_VARIANT, SCALAR, float(ex["positional_total"][i])),
-                            ("relevance_semantic_with_cls", NO_VARIANT, SCALAR,
-                             float(ex["semantic_total_incl_prefix"][i])),
-                            ("relevance_positional_with_cls", NO_VARIANT, SCALAR,
-                             float(ex["positional_total_incl_prefix"][i]))]
-        if ok and "segmentation" in metrics:
-            if any(samples[i].mask is None for i in ok):
-                raise BadInputError(f"task {ctx.task.name!r} has samples without a segmentation mask",
-                                    "use a dataset with masks (imagenet_seg, synthetic_vision) for metric=segmentation")
-            masks = torch.stack([torch.as_tensor(samples[i].mask) for i in ok])
-            counts = segmentation_counts(ex["scores"][ok], masks, SEGMENTATION_THRESHOLD)
-            variant = f"{SEGMENTATION_THRESHOLD}_threshold"
-            for k, i in enumerate(ok):
-                rows[i] += [("pix_correct", variant, SCALAR, float(counts.correct[k])),
-                            ("pix_labeled", variant, SCALAR, float(counts.labeled[k])),
-                            ("inter_bg", variant, SCALAR, float(counts.intersection[k, 0])),
-                            ("union_bg", variant, SCALAR, float(counts.union[k, 0])),
-                            ("inter_fg", variant, SCALAR, float(counts.intersection[k, 1])),
-                            ("union_fg", variant, SCALAR, float(counts.union[k, 1])),
-                            ("ap", variant, SCALAR, float(counts.average_precision[k]))]
-        results = []
-        for i, sample in enumerate(samples):
-            if i not in rows:
-                results.append(nonfinite_result(sample.sample_id, infos[i]))
-                continue
-            if sample.label is not None:
-                rows[i].append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(infos[i]["explained"] == sample.label)))
-            results.append(SampleResult(sample.sample_id, rows[i], infos[i], arrays[i]))
-        return results
+        yield PixelBatch(bundle, samples, list(range(len(samples))), ex["scores"], explained, infos, arrays,
+                         finite.tolist(), [None if s.label is None else explained[i] == s.label
+                                           for i, s in enumerate(samples)],
+                         images=images, labels=labels, masks=[s.mask for s in samples],
+                         scores_target=ex.get("scores_target"), scores_signed=ex.get("scores_signed"),
+                         totals={k: ex[k] for k in _TOTALS})
+
+    @classmethod
+    def sample_shape(cls, cell, arch) -> SampleShape:
+        """The ViT's fixed tokens (patches and class token) explained and forwarded; an explanation walks the
+        patches, a pixel perturbation the image's pixels."""
+        tokens = float(arch.tokens or 0)
+        size = dataset_spec(cell.task.dataset).resolve_options(cell.task.options).get("image_size")
+        pixels = int(size) ** 2 if size else (arch.pixels or 224 * 224)
+        return SampleShape(tokens, tokens, round(tokens) - 1 if tokens else 0, float(pixels))
