@@ -174,9 +174,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
                            batch_size, foil=foil)
         e.extras["stabilizers"] = NONE.name
         return e
-    if not m.positional_abs and not twin.positional.multi_sink:
-        raise BadInputError(f"method {m.name!r} ablates per-layer positional sinks, but {type(model).__name__}'s "
-                            f"{twin.positional.name} position has a single sink", "use pa_lrp")
+    m.check_positional(twin.positional.name, type(model).__name__)
     composite = get_composite(rules or m.composite or twin.default_composite)
     stab = _stabilizers(twin, model, m, composite, stabilizers, protocol)
     if getattr(twin, "official_stabilizers", None) is not None:  # a twin that places stabilisers

@@ -77,6 +77,27 @@ def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices:
     write_json_atomic(run_dir / "invocations" / f"{stamp}-{os.getpid()}.json", record)
 
 
+def _first_missing(path: Path) -> Path | None:
+    """The top-most folder of ``path`` that does not exist yet (what creating it creates), or None."""
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def _remove_refused(folder: Path) -> None:
+    """Remove the folder this invocation created for a run refused before it stored anything (its log file closed
+    first)."""
+    import shutil
+
+    for handler in list(logging.getLogger().handlers):
+        if Path(getattr(handler, "baseFilename", "/")).is_relative_to(folder.resolve()):
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _what(cfg: DictConfig, cells: list[Cell]) -> str:
     if len(cells) == 1:
         return f"cell {cells[0].key}"
@@ -149,6 +170,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     for cell in cells:  # a resume with other settings is refused before anything is written
         check_cell_record(cell, run_dir)
+    created = _first_missing(run_dir)  # the top folder this invocation creates (None: the run directory existed)
     make_run_dir(run_dir)
     if on_start is not None:
         on_start(run_dir)
@@ -161,9 +183,12 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
             reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
                                log_every=int(cfg.runner.log_every))
     except PalrpError:
-        # a user error stops the run, but what finished before it stays usable: merge it, then report the error
-        if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
+        # a user error stops the run, but what finished before it stays usable: merge it, then report the error;
+        # a refusal before any sample was stored leaves no run directory it created (its one line says it all)
+        if any(p.stat().st_size for p in (run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
             merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+        elif created is not None:
+            _remove_refused(created)
         raise
     merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
     import pandas as pd

@@ -109,6 +109,18 @@ class Method:
                                 f"{modality}", "choose a method that fits the model (see docs/baselines.md)")
 
 
+    def check_positional(self, kind: str | None, model: str) -> None:
+        """Refuse a model whose positional encoding (``kind``, a name of :mod:`palrp_bench.lrp.positional`; None:
+        unknown, nothing refused) has a single sink when the method ablates the per-layer ones (one line; ``model``
+        names it)."""
+        if kind is None or self.positional_abs or not self.is_lrp:
+            return
+        from ..lrp.positional import get_positional
+
+        if not get_positional(kind).multi_sink:
+            raise BadInputError(f"method {self.name!r} ablates per-layer positional sinks, but {model}'s {kind} "
+                                "position has a single sink", "use pa_lrp")
+
     def check_model_kind(self, kind: str, model: str = "") -> None:
         """Refuse a model kind the method never runs on (:attr:`refused_model_kinds`; one line)."""
         if kind in self.refused_model_kinds:

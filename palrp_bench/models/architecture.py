@@ -11,7 +11,8 @@ from functools import lru_cache
 
 from .heads import AUTO_CLASSES
 
-__all__ = ["Architecture", "hf_architecture", "vit_architecture", "timm_architecture", "torchvision_architecture"]
+__all__ = ["Architecture", "hf_architecture", "vit_architecture", "timm_architecture", "torchvision_architecture",
+           "timm_skeleton", "torchvision_skeleton"]
 
 
 @dataclass(frozen=True)
@@ -107,19 +108,24 @@ def vit_architecture(module, source: str) -> Architecture:
 
 
 @lru_cache(maxsize=64)
-def _timm_architecture(name: str, options_json: str = "{}") -> Architecture:
+def _timm_skeleton(name: str, options_json: str = "{}"):
     import timm
     import torch
 
-    base = name.partition(".")[0]
     with torch.device("meta"):
-        module = timm.create_model(base, pretrained=False, **json.loads(options_json))
-    return vit_architecture(module, f"timm definition of {base}")
+        return timm.create_model(name.partition(".")[0], pretrained=False, **json.loads(options_json))
+
+
+def timm_skeleton(name: str, options: dict | None = None):
+    """The timm model ``name`` builds (``options``: the constructor's keyword arguments), on the meta device: no
+    memory, no weights."""
+    return _timm_skeleton(str(name), json.dumps(dict(options or {}), sort_keys=True))
 
 
 @lru_cache(maxsize=16)
-def torchvision_architecture(source: str) -> Architecture:
-    """A torchvision ViT as the timm ViT it is loaded as (:mod:`palrp_bench.models.torchvision_vit`)."""
+def torchvision_skeleton(source: str):
+    """A torchvision ViT as the timm ViT it is loaded as (:mod:`palrp_bench.models.torchvision_vit`), on the meta
+    device."""
     import torch
     from timm.models.vision_transformer import VisionTransformer
 
@@ -128,12 +134,16 @@ def torchvision_architecture(source: str) -> Architecture:
     builder, weights = weights_of(source)
     with torch.device("meta"):
         tv = builder(weights=None, num_classes=len(weights.meta["categories"]))
-        module = VisionTransformer(img_size=tv.image_size, patch_size=tv.patch_size, embed_dim=tv.hidden_dim,
-                                   depth=len(tv.encoder.layers), num_heads=tv.encoder.layers[0].num_heads,
-                                   mlp_ratio=tv.mlp_dim / tv.hidden_dim, num_classes=tv.num_classes, qkv_bias=True)
-    return vit_architecture(module, f"torchvision definition of {source}")
+        return VisionTransformer(img_size=tv.image_size, patch_size=tv.patch_size, embed_dim=tv.hidden_dim,
+                                 depth=len(tv.encoder.layers), num_heads=tv.encoder.layers[0].num_heads,
+                                 mlp_ratio=tv.mlp_dim / tv.hidden_dim, num_classes=tv.num_classes, qkv_bias=True)
 
 
 def timm_architecture(name: str, options: dict | None = None) -> Architecture:
     """A timm ViT's :class:`Architecture` from its definition (``options``: the constructor's keyword arguments)."""
-    return _timm_architecture(str(name), json.dumps(dict(options or {}), sort_keys=True))
+    return vit_architecture(timm_skeleton(name, options), f"timm definition of {str(name).partition('.')[0]}")
+
+
+def torchvision_architecture(source: str) -> Architecture:
+    """A torchvision ViT's :class:`Architecture`, as the timm ViT it is loaded as."""
+    return vit_architecture(torchvision_skeleton(source), f"torchvision definition of {source}")

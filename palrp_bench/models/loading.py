@@ -26,7 +26,8 @@ from ..findings import Findings
 from ..fingerprints import path_fingerprint, source_fingerprint
 from ..hub import (TOKENIZER_FILES, WEIGHT_FILES, cached_hub_file, hub_model_cached, hub_offline, hub_reachable,
                    hub_tokenizer_cached, is_local_path)
-from .architecture import Architecture, hf_architecture, timm_architecture, torchvision_architecture, vit_architecture
+from .architecture import (Architecture, hf_architecture, timm_architecture, timm_skeleton, torchvision_architecture,
+                           torchvision_skeleton, vit_architecture)
 from .heads import auto_class
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS", "LoaderSpec",
@@ -307,13 +308,14 @@ def _downloaded_config(repo_id: str) -> dict | None:
 
 
 @lru_cache(maxsize=64)
-def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer: str | None) -> str | None:
+def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer: str | None,
+                     download: bool = True) -> str | None:
     from types import SimpleNamespace
 
     from .registry import positional_kind_of
 
     cfg = SimpleNamespace(loader=loader, source=source, base_model=base_model, tokenizer=tokenizer)
-    fields = loader_spec(loader).text_config(cfg)
+    fields = loader_spec(loader).text_config(cfg, download)
     if fields is None:
         raise MissingDataError(f"cannot tell the architecture of model source {source!r}: no config.json found "
                                "(local folder, hub cache or hub)",
@@ -321,17 +323,25 @@ def _positional_kind(loader: str, source: str, base_model: str | None, tokenizer
     return positional_kind_of(str(fields.get("model_type", "")))
 
 
-def positional_kind_of_config(cfg) -> str | None:
+def positional_kind_of_config(cfg, *, download: bool = True) -> str | None:
     """The positional kind (a name of :mod:`palrp_bench.lrp.positional`, e.g. ``learned_absolute``, ``rope``) of
-    the twin a text model config will be explained with, read from its ``config.json`` before any weight loads (its
-    loader's :attr:`~LoaderSpec.text_config`; for a hub model not in the cache the file alone is fetched when the
-    hub may be asked); None for models whose loader reads no text model config (vision, the self-test) or whose
-    ``model_type`` no twin covers. A text model whose ``config.json`` is nowhere is a one-line
+    the twin a model config will be explained with, before any weight loads: a text model's from its
+    ``config.json`` (its loader's :attr:`~LoaderSpec.text_config`; for a hub model not in the cache the file alone
+    is fetched when the hub may be asked, unless ``download`` is False), a vision model's from the class of the model
+    its loader builds on the meta device (:attr:`~LoaderSpec.skeleton`); None for loaders of neither (the self-test,
+    random weights) or a model no twin covers. A text model whose ``config.json`` is nowhere is a one-line
     :class:`~palrp_bench.errors.MissingDataError`."""
     loader = str(getattr(cfg.loader, "value", cfg.loader))
-    if loader_spec(loader).text_config is None:
-        return None
-    return _positional_kind(loader, str(cfg.source), getattr(cfg, "base_model", None), getattr(cfg, "tokenizer", None))
+    spec = loader_spec(loader)
+    if spec.text_config is not None:
+        return _positional_kind(loader, str(cfg.source), getattr(cfg, "base_model", None),
+                                getattr(cfg, "tokenizer", None), download)
+    if spec.skeleton is not None:
+        from .registry import twin_class_for
+
+        twin = twin_class_for(spec.skeleton(cfg))
+        return None if twin is None else twin.positional.name
+    return None
 
 
 def load_tokenizer(name_or_path: str):
@@ -357,8 +367,9 @@ class LoaderSpec:
       ``loads_model``: it loads a model at all (the self-test's does not);
     * ``architecture(config, known)``: the :class:`~palrp_bench.models.architecture.Architecture` the cost model
       prices (``known``: hub id -> config.json fields of public base models), None when nothing describes it;
-    * ``text_config(config)``: the ``config.json`` fields of the text model it will load (None: a loader of no text
-      model), what fixes the twin's positional kind before the weights load;
+    * ``text_config(config, download)``: the ``config.json`` fields of the text model it will load (None: a loader
+      of no text model; ``download``: the hub may be asked), what fixes the twin's positional kind before the weights load; ``skeleton(config)``: the model it
+      builds, on the meta device (vision loaders: the twin, and its positional kind, follow from its class);
     * ``identity(config)``: what identifies its weights and tokenizer, by content where they are files
       (:mod:`palrp_bench.fingerprints`), the key of the user cache;
     * ``check(config, findings)``: the preflight of its weights, assets and tokenizer
@@ -372,7 +383,8 @@ class LoaderSpec:
     identity: Callable[[Any], dict]
     offline: bool = False
     loads_model: bool = True
-    text_config: Callable[[Any], dict | None] | None = None
+    text_config: Callable[[Any, bool], dict | None] | None = None
+    skeleton: Callable[[Any], Any] | None = None
     check: Callable[[Any, Findings], None] | None = None
     missing_weights: Callable[[Any], str | None] = lambda cfg: None
 
@@ -422,12 +434,13 @@ def _config_architecture(cfg, known: dict | None) -> Architecture | None:
     return None if found is None else hf_architecture(found[0], _value(cfg.kind), found[1])
 
 
-def _checkpoint_config(cfg) -> dict | None:
-    """``config.json`` of a Hugging Face checkpoint: local, cached, else fetched alone when the hub may be asked."""
+def _checkpoint_config(cfg, download: bool = True) -> dict | None:
+    """``config.json`` of a Hugging Face checkpoint: local, cached, else fetched alone when the hub may be asked
+    (``download``)."""
     found = hf_config_json(cfg)
     fields = found[0] if found is not None else None
     for candidate in (cfg.source, getattr(cfg, "base_model", None)):
-        if fields is None and candidate:
+        if fields is None and candidate and download:
             fields = _downloaded_config(str(candidate))
     return fields
 
@@ -510,8 +523,9 @@ def _timm_identity(cfg) -> dict:
             "architecture": cfg.source}
 
 
-@register_loader("timm", architecture=lambda cfg, known: timm_architecture(str(cfg.source), getattr(cfg, "options", None)),
-                 identity=_timm_identity, check=_check_timm)
+@register_loader("timm", identity=_timm_identity, check=_check_timm,
+                 architecture=lambda cfg, known: timm_architecture(str(cfg.source), getattr(cfg, "options", None)),
+                 skeleton=lambda cfg: timm_skeleton(str(cfg.source), getattr(cfg, "options", None)))
 def _load_timm(cfg, device: str):
     return load_timm_vit(cfg.source, checkpoint=cfg.checkpoint, **dict(cfg.options or {})).to(device).eval(), None
 
@@ -529,7 +543,8 @@ def _check_torchvision(cfg, findings: Findings) -> None:
 
 
 @register_loader("torchvision", architecture=lambda cfg, known: torchvision_architecture(str(cfg.source)),
-                 identity=_source_identity, check=_check_torchvision)
+                 skeleton=lambda cfg: torchvision_skeleton(str(cfg.source)), identity=_source_identity,
+                 check=_check_torchvision)
 def _load_torchvision(cfg, device: str):
     """torchvision ViTs (the AttnLRP paper's ViT-B-16) as timm models: ``source`` = ``<builder>.<weights>``."""
     from .torchvision_vit import load_torchvision_vit
@@ -537,7 +552,7 @@ def _load_torchvision(cfg, device: str):
     return load_torchvision_vit(cfg.source, checkpoint=cfg.checkpoint).to(device).eval(), None
 
 
-def _embedded_text_config(cfg) -> dict | None:
+def _embedded_text_config(cfg, download: bool = False) -> dict | None:
     from ..data.synthetic_text import ASSET_DIR
 
     path = ASSET_DIR / str(cfg.source) / "config.json"
@@ -577,7 +592,7 @@ def _load_embedded_text(cfg, device: str):
     return model.to(device).eval(), synthetic_text.load_tiny_tokenizer(kind=cfg.source)
 
 
-def _embedded_vit_architecture(cfg, known) -> Architecture:
+def _embedded_vit_skeleton(cfg):
     import torch
     from timm.models.vision_transformer import VisionTransformer
 
@@ -585,8 +600,11 @@ def _embedded_vit_architecture(cfg, known) -> Architecture:
 
     config = json.loads(tiny_vit_paths()[1].read_text())
     with torch.device("meta"):
-        module = VisionTransformer(**config["timm_kwargs"])
-    return vit_architecture(module, "embedded tiny ViT")
+        return VisionTransformer(**config["timm_kwargs"])
+
+
+def _embedded_vit_architecture(cfg, known) -> Architecture:
+    return vit_architecture(_embedded_vit_skeleton(cfg), "embedded tiny ViT")
 
 
 def _embedded_vit_identity(cfg) -> dict:
@@ -601,8 +619,8 @@ def _check_embedded_vit(cfg, findings: Findings) -> None:
     _missing_assets(cfg, findings, tiny_vit_paths(), "train_tiny_vit.py")
 
 
-@register_loader("embedded_vit", architecture=_embedded_vit_architecture, identity=_embedded_vit_identity,
-                 check=_check_embedded_vit, offline=True)
+@register_loader("embedded_vit", architecture=_embedded_vit_architecture, skeleton=_embedded_vit_skeleton,
+                 identity=_embedded_vit_identity, check=_check_embedded_vit, offline=True)
 def _load_embedded_vit(cfg, device: str):
     from ..data import synthetic_vision
 

@@ -46,12 +46,17 @@ def discover() -> None:
     import_package_modules(__package__)
 
 
+def twin_class_for(model) -> type | None:
+    """The twin class that covers ``model`` (also a model built on the meta device, without weights), or None."""
+    discover()
+    return next((cls for cls in TWINS if cls.supports(model)), None)
+
+
 def twin_for(model):
     """Return the twin wrapping ``model``, or raise a one-line :class:`UnsupportedModelError`."""
-    discover()
-    for cls in TWINS:
-        if cls.supports(model):
-            return cls(model)
+    cls = twin_class_for(model)
+    if cls is not None:
+        return cls(model)
     supported = "; ".join(cls.family() for cls in TWINS)
     raise UnsupportedModelError(f"no LRP twin for model class {type(model).__name__}",
                                 f"supported families: {supported}")

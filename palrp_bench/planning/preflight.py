@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import MissingDataError
+from ..errors import BadInputError, MissingDataError, PalrpError
 from ..findings import Findings, HubNeed
 from ..hub import ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, hub_access, hub_endpoint, hub_offline, hub_reachable
 from ..models.loading import loader_spec
@@ -153,6 +153,28 @@ def _kind_checks(cell: Cell, found: Preflight) -> None:
               f"{cell.task.name} ({cell.task.kind}) needs {need} (kind {' or '.join(kinds)})", fix)
 
 
+# ------------------------------------------------------------------------------------------------ methods
+def _method_checks(cell: Cell, found: Preflight) -> None:
+    """What the cell's method cannot explain, known from the model config before it loads: a positional encoding
+    with a single sink for a method ablating per-layer sinks (the twin's positional kind,
+    :func:`~palrp_bench.models.loading.positional_kind_of_config`, never asking the hub). A config that cannot tell
+    is left to the model's own checks."""
+    from ..methods.registry import get_method
+    from ..models.loading import positional_kind_of_config
+
+    method = get_method(cell.method)
+    if method.positional_abs or not method.is_lrp:
+        return
+    try:
+        kind = positional_kind_of_config(cell.model, download=False)
+    except PalrpError:
+        return
+    try:
+        method.check_positional(kind, f"model {cell.model.name}")
+    except BadInputError as err:
+        found.add(err.problem, err.fix or "")
+
+
 # ------------------------------------------------------------------------------------------------- models
 def _model_checks(model, found: Preflight, needs: list[HubNeed], fix: _Overrides) -> None:
     """The model's loader checks its weights, assets and tokenizer (:attr:`~palrp_bench.models.loading.LoaderSpec.
@@ -237,6 +259,7 @@ def run_preflight(cells: list[Cell], devices: DevicePlan, selected: frozenset[st
                   "runner.devices=[cpu] (runs them on the CPU anyway; mode=plan shows how long that takes)")
     for cell in cells:
         _kind_checks(cell, found)
+        _method_checks(cell, found)
     needs: list[HubNeed] = []
     seen_models: set[str] = set()
     seen_tasks: set[str] = set()
