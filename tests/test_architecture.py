@@ -41,6 +41,8 @@ ALLOWED = {
     # one invocation by mode: plan, calibrate, run (after the preflight), report
     "app": {"planning", "runner", "report", "models", "schema"},
     "cli": {"app", "runner", "schema", "catalog"},
+    # training the models the benchmark evaluates (palrp-bench-finetune): checks its memory with planning's model
+    "finetune": {"planning", "models", "data"},
 }
 
 

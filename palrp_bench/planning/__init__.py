@@ -9,5 +9,5 @@ It prices the job list the runner would execute (:mod:`palrp_bench.runner.plan`)
 * :mod:`.budget`     ``mode=plan``: samples per cell, stored samples, estimates and totals, the printed plan
 * :mod:`.calibrate`  ``mode=calibrate``: measures the cost constants on this machine (user cache)
 * :mod:`.training`   what finetuning a missing classifier costs (hours, memory, the cheapest setting that fits): the
-  plan's training lines and ``scripts/finetune_imdb.py``'s memory check
+  plan's training lines and ``palrp-bench-finetune``'s memory check
 """

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..schema import Selection
 from .cost import CostConstants, Estimate, estimate, format_bytes, resolve_device_kind
-from .training import SCRIPT, ClassifierTraining, OFFICIAL_RECIPE, price_missing_classifiers
+from .training import COMMAND, ClassifierTraining, OFFICIAL_RECIPE, price_missing_classifiers
 from ..runner.devices import _CUDA_INDEX
 from ..runner.plan import Cell, Job
 
@@ -483,7 +483,7 @@ def format_training(budget: PlanBudget) -> list[str]:
         return "  ".join([f"{values[0]:<{widths[0]}}", f"{values[1]:>{widths[1]}}", f"{values[2]:>{widths[2]}}",
                           values[3]]).rstrip()
 
-    return (["", f"finetuning ({SCRIPT}, {recipe.train_rows} rows x {recipe.epochs} epochs) on {budget.device_kind}:",
+    return (["", f"finetuning ({COMMAND}, {recipe.train_rows} rows x {recipe.epochs} epochs) on {budget.device_kind}:",
              line(header)] + [line(r) for r in rows]
             + ["  hours: device-hours (on n GPUs, wall-clock hours / n); peak memory: per device"])
 

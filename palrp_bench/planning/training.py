@@ -1,6 +1,6 @@
 """What finetuning an IMDB classifier costs: hours, peak memory, whether it fits a device and the cheapest setting
 that does (docs/planning.md "Finetuning the classifiers"; the recipe: docs/protocol.md section 2,
-``scripts/finetune_imdb.py``).
+``palrp-bench-finetune``).
 
 Table 1 needs classifiers nobody released; training them is the largest GPU cost of the paper. ``mode=plan`` prices
 every classifier whose finetuned weights are missing (:func:`price_missing_classifiers`), and the finetuning script
@@ -41,16 +41,18 @@ from .cost import NF4_BYTES_PER_PARAM, CostConstants, architecture_of, format_by
 __all__ = ["Recipe", "OFFICIAL_RECIPE", "TrainingConstants", "SHIPPED_TRAINING_CONSTANTS", "load_training_constants",
            "Setting", "Memory", "TrainingEstimate", "ClassifierTraining", "classifier_architecture",
            "trainable_params", "training_memory", "training_units", "estimate_training", "settings_to_try",
-           "cheapest_fit", "verdict", "needs_training", "training_hint", "price_missing_classifiers", "SCRIPT"]
+           "cheapest_fit", "verdict", "needs_training", "training_hint", "price_missing_classifiers", "COMMAND", "MODULE"]
 
 SHIPPED_TRAINING_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "training_defaults.yaml"
-#: the script that trains a classifier (named in plans and fixes)
-SCRIPT = "scripts/finetune_imdb.py"
+#: the command that trains a classifier (named in plans and fixes; :mod:`palrp_bench.finetune`), and its module
+#: (``accelerate launch -m`` runs it on several GPUs)
+COMMAND = "palrp-bench-finetune"
+MODULE = "palrp_bench.finetune"
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """The official finetuning hyper-parameters (docs/protocol.md section 2; ``scripts/finetune_imdb.py``).
+    """The official finetuning hyper-parameters (docs/protocol.md section 2; ``palrp-bench-finetune``).
     ``val_rows``: the held-out selection rows the script evaluates after every epoch by default."""
 
     lr: float = 5e-4
@@ -120,8 +122,8 @@ class Setting:
 
     def command(self, arguments: str = "...") -> str:
         """The command line of this setting."""
-        launch = (f"accelerate launch --num_processes {self.processes} {SCRIPT}" if self.processes > 1
-                  else f"python {SCRIPT}")
+        launch = (f"accelerate launch --num_processes {self.processes} -m {MODULE}" if self.processes > 1
+                  else COMMAND)
         flag = " --gradient-checkpointing" if self.gradient_checkpointing else ""
         return f"{launch} {arguments}{flag}"
 
@@ -326,7 +328,7 @@ def verdict(plain: TrainingEstimate, best: TrainingEstimate | None) -> str:
 def needs_training(model) -> bool:
     """A classifier config whose loader finds its local checkpoint folder without a saved model
     (:attr:`~palrp_bench.models.loading.LoaderSpec.missing_weights`): its finetuned weights are missing and
-    ``scripts/finetune_imdb.py`` trains them."""
+    ``palrp-bench-finetune`` trains them."""
     kind = getattr(model.kind, "value", model.kind)
     return kind == "classifier" and loader_spec(model.loader).missing_weights(model) is not None
 
@@ -337,7 +339,7 @@ def training_hint(model) -> str:
     if getattr(model.kind, "value", model.kind) != "classifier":
         return ""
     quantized = " --quantized" if getattr(model.quantization, "value", model.quantization) == "nf4" else ""
-    return (f" (train one: python {SCRIPT} --model {getattr(model, 'base_model', None) or '<base_model>'}{quantized} "
+    return (f" (train one: {COMMAND} --model {getattr(model, 'base_model', None) or '<base_model>'}{quantized} "
             "--output-dir <dir>; use <dir>/best)")
 
 

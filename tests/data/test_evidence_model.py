@@ -1,9 +1,7 @@
 """The synthetic evidence tasks and the shipped tiny evidence model (docs/evaluation.md, "Evidence data" and "The
 embedded suites"): deterministic templates with the evidence where they say, the model's own fast tokenizer, the
 model answering 50+ samples per task of a split it was never evaluated on, and a deterministic short training."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +13,6 @@ from palrp_bench.data.evidence_common import EvidencePool, render, tokens_overla
 from palrp_bench.data.registry import load_dataset
 from palrp_bench.errors import BadInputError
 
-ROOT = Path(__file__).resolve().parents[2]
 #: A held-out set the training script never evaluated on (it used split "test", seed 0).
 FRESH_SEED = 4242
 TASKS = ("sva", "ra", "qa")
@@ -135,10 +132,9 @@ def test_the_model_config_loads_model_and_tokenizer_offline():
 @pytest.mark.parametrize("trainer, batch_size", [("train_evidence", 12), ("train_t5_squad", 8)])
 def test_a_short_training_run_is_deterministic(trainer, batch_size):
     """The evidence LLaMA and the tiny T5 of synthetic_squad (tests/data/test_tiny_t5.py)."""
-    spec = importlib.util.spec_from_file_location("train_tiny_text", ROOT / "scripts" / "train_tiny_text.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
-    fit = getattr(train, trainer)
+    from palrp_bench.finetune import tiny_text
+
+    fit = getattr(tiny_text, trainer)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -2,23 +2,19 @@
 embedded suites"): it answers held-out synthetic qa samples it was never evaluated on with the answer word as its
 first decoder token, it is small and its config loads it offline (its short deterministic training run is tested
 with the evidence model's, tests/data/test_evidence_model.py)."""
-import importlib.util
-from pathlib import Path
 
 from palrp_bench import catalog
 from palrp_bench.data import synthetic_evidence as se
 from palrp_bench.data import synthetic_text as st
 
-ROOT = Path(__file__).resolve().parents[2]
 #: A held-out set the training script never evaluated on (it used split "test", seed 0).
 FRESH_SEED = 4242
 
 
 def _train_module():
-    spec = importlib.util.spec_from_file_location("train_tiny_text", ROOT / "scripts" / "train_tiny_text.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from palrp_bench.finetune import tiny_text
+
+    return tiny_text
 
 
 def test_shipped_model_answers_fresh_samples_and_is_small():

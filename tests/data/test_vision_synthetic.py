@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import colorsys
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from palrp_bench.data.synthetic_vision import (SYNTHETIC_CLASSES, SYNTHETIC_COLO
                                                make_synthetic_vision, tiny_vit_paths)
 from palrp_bench.errors import BadInputError, MissingDataError
 
-TRAIN_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_tiny_vit.py"
 
 
 def _normalise(images: torch.Tensor, model) -> torch.Tensor:
@@ -184,9 +182,8 @@ def test_missing_or_malformed_asset(tmp_path):
 
 def test_training_script_round_trip(tmp_path):
     """A very short run writes an asset that load_tiny_vit reads back; below --min-accuracy nothing is written."""
-    spec = importlib.util.spec_from_file_location("train_tiny_vit", TRAIN_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from palrp_bench.finetune import tiny_vit as script
+
     common = ["--n-train", "32", "--n-test", "16", "--epochs", "1", "--batch-size", "16", "--depth", "1",
               "--dim", "16", "--heads", "2", "--threads", "1"]
     refused = tmp_path / "refused"

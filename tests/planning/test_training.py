@@ -36,7 +36,7 @@ def llama2():
 @pytest.mark.parametrize("checkpointing,seconds,gigabytes", [(False, 69, 80.9), (True, 80, 26.0)])
 def test_the_shipped_constants_reproduce_the_h100_epoch_they_were_fitted_to(tinyllama, checkpointing, seconds,
                                                                            gigabytes):
-    """scripts/finetune_imdb.py on one H100, TinyLlama float32, 640 + 128 rows; the constants carry 3 digits."""
+    """palrp-bench-finetune on one H100, TinyLlama float32, 640 + 128 rows; the constants carry 3 digits."""
     found = estimate_training(tinyllama, kind=H100, setting=Setting(checkpointing), recipe=MEASURED_EPOCH)
     assert found.seconds == pytest.approx(seconds, rel=5e-3)
     assert found.memory.total / 1e9 == pytest.approx(gigabytes, rel=5e-3)
@@ -54,7 +54,7 @@ def test_the_official_recipe_and_the_7b_states_match_the_issue_figures(tinyllama
 
 
 def test_trainable_parameters_are_what_the_script_trains():
-    """Everything whose name has no "embed" (scripts/finetune_imdb.py select_trainable), counted on the model."""
+    """Everything whose name has no "embed" (palrp_bench/finetune/imdb.py select_trainable), counted on the model."""
     import torch
     import transformers
 

@@ -40,7 +40,7 @@ def test_tokenizer_source_rules(tmp_path):
 
 @pytest.fixture
 def finetuned_folder(tmp_path):
-    """A classifier checkpoint saved with its tokenizer, as scripts/finetune_imdb.py exports it."""
+    """A classifier checkpoint saved with its tokenizer, as palrp-bench-finetune exports it."""
     folder = tmp_path / "tinyllama_imdb"
     make_llama("gqa", "classifier", vocab_size=128).save_pretrained(folder)
     for item in (ASSET_DIR / "tokenizer").iterdir():

@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from palrp_bench.data.synthetic_vision import (SYNTHETIC_CLASSES, SYNTHETIC_IMAGE_SIZE, TINY_VIT_NAME,
+from ..data.synthetic_vision import (SYNTHETIC_CLASSES, SYNTHETIC_IMAGE_SIZE, TINY_VIT_NAME,
                                                ASSET_DIR, make_synthetic_vision, tiny_vit_paths)
-from palrp_bench.errors import BadInputError
+from ..errors import BadInputError
 
 #: ImageNet mean/std, so the tiny model is normalised exactly like DeiT.
 MEAN = (0.485, 0.456, 0.406)
@@ -200,7 +200,3 @@ def main(argv: list[str] | None = None) -> int:
     config_path.write_text(json.dumps(config, indent=2) + "\n")
     print(f"wrote {weights_path} ({weights_path.stat().st_size / 1e6:.2f} MB) and {config_path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

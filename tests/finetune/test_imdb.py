@@ -1,7 +1,7 @@
-"""scripts/finetune_imdb.py: the official recipe on a tiny random classifier (smoke), resume, data path, errors."""
+"""palrp-bench-finetune (palrp_bench/finetune/imdb.py): the official recipe on a tiny random classifier (smoke), resume,
+data path, errors."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,16 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "finetune_imdb.py"
+from palrp_bench.finetune import imdb
 
 
 @pytest.fixture(scope="module")
 def ft():
-    spec = importlib.util.spec_from_file_location("finetune_imdb", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["finetune_imdb"] = module
-    spec.loader.exec_module(module)
-    return module
+    return imdb
 
 
 def _history(folder: Path) -> list[dict]:
@@ -203,8 +199,8 @@ def test_two_processes_shard_with_fsdp_and_equal_one_process(ft, uninterrupted, 
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
               "--main_process_port", str(_free_port())]
-    done = subprocess.run(launch + [str(SCRIPT), "--smoke", "--device", "cpu", "--output-dir", str(out), "--resume"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(launch + ["-m", "palrp_bench.finetune", "--smoke", "--device", "cpu", "--output-dir", str(out),
+                                    "--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         assert f"process {rank} of 2 on cpu" in done.stderr and "FSDP over 2 processes" in done.stderr

@@ -35,19 +35,14 @@ import argparse
 import json
 import math
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from palrp_bench.data import synthetic_evidence as se  # noqa: E402
-from palrp_bench.data import synthetic_text as st  # noqa: E402
+from ..data import synthetic_evidence as se
+from ..data import synthetic_text as st
 
 #: Per kind: optimisation steps, batch size, peak learning rate.
 RECIPES: dict[str, dict] = {
@@ -308,7 +303,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: held-out accuracy {accuracy}, {report['train']['seconds']:.0f} s training "
               f"({report['train']['cpu_seconds']:.0f} s CPU), {size:.2f} MB in {folder}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

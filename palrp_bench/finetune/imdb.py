@@ -1,4 +1,5 @@
-"""Finetune a LLaMA IMDB classifier with the official PA-LRP recipe (docs/protocol.md section 2, Tables 1-2).
+"""Finetune a LLaMA IMDB classifier with the official PA-LRP recipe (docs/protocol.md section 2, Tables 1-2): the
+command ``palrp-bench-finetune`` (also ``python -m palrp_bench.finetune``).
 
 No finetuned weights were released, so Tables 1-2 need this step. The recipe (official ``NLP/main_imdb.py`` with
 ``--num-warmup-steps 5 --lr 5e-4``, README: "converge to 92% accuracy within ~10 epochs"):
@@ -42,15 +43,15 @@ Output folder::
 
 Usage::
 
-    python scripts/finetune_imdb.py --model TinyLlama/TinyLlama-1.1B-Chat-v1.0 \\
+    palrp-bench-finetune --model TinyLlama/TinyLlama-1.1B-Chat-v1.0 \\
         --output-dir checkpoints/train_tinyllama_imdb --imdb-path "IMDB Dataset.csv"      # one 80 GB GPU, ~1.5 h
     ln -s train_tinyllama_imdb/best checkpoints/tinyllama_imdb   # where configs/model/tinyllama.yaml looks
-    python scripts/finetune_imdb.py ... --resume          # continue after an interruption
-    accelerate launch --num_processes 2 scripts/finetune_imdb.py --model meta-llama/Llama-2-7b-hf \\
+    palrp-bench-finetune ... --resume          # continue after an interruption
+    accelerate launch --num_processes 2 -m palrp_bench.finetune --model meta-llama/Llama-2-7b-hf \\
         --gradient-checkpointing --output-dir checkpoints/train_llama2_7b_imdb --imdb-path "IMDB Dataset.csv"
-    python scripts/finetune_imdb.py --model meta-llama/Llama-2-7b-hf --quantized \\
+    palrp-bench-finetune --model meta-llama/Llama-2-7b-hf --quantized \\
         --output-dir checkpoints/train_llama2_7b_imdb_4bit --imdb-path "IMDB Dataset.csv"   # the 4-bit row
-    python scripts/finetune_imdb.py --smoke --output-dir /tmp/imdb_smoke   # tiny random model, seconds on CPU
+    palrp-bench-finetune --smoke --output-dir /tmp/imdb_smoke   # tiny random model, seconds on CPU
 """
 from __future__ import annotations
 
@@ -69,13 +70,10 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from palrp_bench.atomic_io import write_json_atomic  # noqa: E402
-from palrp_bench.errors import BadInputError, MissingDataError, PalrpError  # noqa: E402
-from palrp_bench.planning.training import OFFICIAL_RECIPE as OFFICIAL  # noqa: E402
+from ..atomic_io import write_json_atomic
+from ..errors import BadInputError, MissingDataError, PalrpError
+from ..planning.training import COMMAND
+from ..planning.training import OFFICIAL_RECIPE as OFFICIAL
 
 #: One training example: token ids (BOS first, unpadded, at most ``max_length``) and the label (0 pos, 1 neg).
 Example = tuple[list[int], int]
@@ -99,7 +97,7 @@ RESUME_KEYS = ("model", "smoke", "quantized", "dtype", "lr", "batch_size", "warm
 
 
 class Processes:
-    """The processes that train together: one (``python scripts/finetune_imdb.py``), or one per GPU under
+    """The processes that train together: one (``palrp-bench-finetune``), or one per GPU under
     ``accelerate launch --num_processes N`` / ``torchrun --nproc_per_node N`` (``WORLD_SIZE`` > 1), whose process
     group and devices accelerate's ``PartialState`` sets up (NCCL and ``cuda:<local rank>`` on GPUs, gloo with
     ``--device cpu``). Each global batch is split between them (:meth:`share`)."""
@@ -169,7 +167,7 @@ def imdb_examples(tokenizer, *, source: str, path: str | None, train_rows: int, 
                   official_selection: bool, max_length: int) -> tuple[list[Example], list[Example], str]:
     """Training and selection rows from :func:`palrp_bench.data.imdb.imdb_splits` (imported lazily)."""
     try:
-        from palrp_bench.data.imdb import imdb_splits
+        from ..data.imdb import imdb_splits
     except ImportError as err:
         raise MissingDataError(f"the IMDB loader palrp_bench.data.imdb is not available ({err})",
                                "update palrp-bench (it ships palrp_bench/data/imdb.py)") from None
@@ -206,7 +204,7 @@ def _local_files_only(name_or_path: str) -> bool:
     """Never hang on the hub: local folders, offline mode and an unreachable hub read only local files."""
     if Path(name_or_path).expanduser().exists():
         return True
-    from palrp_bench.hub import hub_offline, hub_reachable
+    from ..hub import hub_offline, hub_reachable
 
     return hub_offline() or not hub_reachable()
 
@@ -244,7 +242,7 @@ def build_smoke_model(folder: Path, seed: int) -> Path:
 
 def load_classifier(name_or_path: str, *, quantized: bool, dtype: str, seed: int, device: str):
     """Base checkpoint as a 2-label classifier (pad = eos); the new head is initialised under ``seed``."""
-    from palrp_bench.models.loading import load_hf_model
+    from ..models.loading import load_hf_model
     torch.manual_seed(seed)
     model = load_hf_model(name_or_path, kind="classifier", dtype=dtype, quantization="nf4" if quantized else None,
                        num_labels=2, local_files_only=_local_files_only(name_or_path))
@@ -460,7 +458,7 @@ def load_checkpoint(path: Path, model, trainable, optimizer, scheduler, processe
                        options=StateDictOptions(full_state_dict=True, strict=False))
     elif processes.sharded:
         raise BadInputError(f"checkpoint {path} was written by an earlier version of this script (optimizer state by "
-                            "position)", "resume it in one process (python scripts/finetune_imdb.py ... --resume)")
+                            "position)", "resume it in one process (palrp-bench-finetune ... --resume)")
     else:
         with torch.no_grad():
             for name, param in trainable.items():
@@ -492,7 +490,7 @@ def export_best(model, tokenizer, output_dir: Path, processes: Processes = SINGL
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="base checkpoint (hub id or local folder), e.g. meta-llama/Llama-2-7b-hf")
     p.add_argument("--output-dir", required=True, type=Path)
@@ -583,10 +581,10 @@ def check_memory(args, model_path: str, processes: Processes, loaded=None):
     """Estimate this run (:mod:`palrp_bench.planning.training`) and refuse it, in one line naming what fits, when
     its peak memory exceeds the device's (``--ignore-memory-check`` starts anyway). Returns the estimate, or None
     while the architecture is unknown (a hub id not in the cache: checked again once the model is loaded)."""
-    from palrp_bench.data.imdb import OFFICIAL_LIMIT
-    from palrp_bench.planning.budget import format_bytes as gb, format_seconds
-    from palrp_bench.planning.cost import device_kind
-    from palrp_bench.planning.training import Setting, cheapest_fit, classifier_architecture, estimate_training
+    from ..data.imdb import OFFICIAL_LIMIT
+    from ..planning.budget import format_bytes as gb, format_seconds
+    from ..planning.cost import device_kind
+    from ..planning.training import Setting, cheapest_fit, classifier_architecture, estimate_training
 
     arch = classifier_architecture(model_path)
     if arch is None:
@@ -635,7 +633,7 @@ def run(args: argparse.Namespace, processes: Processes | None = None) -> dict:
               "processes", file=sys.stderr)
         if args.quantized:
             raise BadInputError(f"--quantized trains only the head of a 4-bit model: nothing to shard over "
-                                f"{processes.size} processes", "run it in one process (python scripts/finetune_imdb.py "
+                                f"{processes.size} processes", "run it in one process (palrp-bench-finetune "
                                 "... --quantized)")
     output_dir: Path = args.output_dir
     existing = latest_checkpoint(output_dir)
@@ -742,7 +740,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(2)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
