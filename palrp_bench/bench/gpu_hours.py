@@ -36,10 +36,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
-if str(Path(__file__).parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).parent))
-import rehearse  # noqa: E402  (scripts/rehearse.py: targets, their checkpoints and data, measurement, projection)
+from . import rehearse  # targets, their checkpoints and data, measurement, projection
+
+REPO = Path(__file__).resolve().parents[2]
 
 #: the goals for one H100 (seconds) of groups of the rehearsal's tables (:data:`rehearse.TABLE_CELLS`)
 GOALS = (("table1", ("table1",), 3600.0),
@@ -92,8 +91,9 @@ def peak_flops(device: str, peak_tflops: float | None, threads: int) -> tuple[fl
 def flops_per_sample(cell) -> float | None:
     """FLOPs of one sample of ``cell`` (module docstring: the cost model's architecture and per-sample work, the
     explanation counted as its method's forwards plus backwards); None when the cost model cannot describe it."""
-    from palrp_bench.methods.registry import get_method
-    from palrp_bench.planning.cost import architecture_of, load_constants, sample_work, work_units
+    from ..attributors import method_passes
+    from ..methods.registry import get_method
+    from ..planning.cost import architecture_of, load_constants, sample_work, work_units
 
     constants = load_constants()
     arch = architecture_of(cell.model, constants)
@@ -101,14 +101,14 @@ def flops_per_sample(cell) -> float | None:
     if work is None:
         return None
     method = get_method(cell.method)
-    forwards, backwards = method.passes(method.params_for(cell.task), max(1, round(work.explain_tokens)))
+    forwards, backwards = method_passes(method, method.params_for(cell.task), max(1, round(work.explain_tokens)))
     return 2.0 * GIGA * work_units(arch, replace(work, explain_forwards=float(forwards + backwards)))
 
 
 def target_flops(target: rehearse.Target, work: Path) -> float | None:
     """:func:`flops_per_sample` of the cell ``target`` runs (its checkpoint's architecture)."""
-    from bench_plan import config_of
-    from palrp_bench.runner.plan import plan_cells
+    from .plan import config_of
+    from ..runner.plan import plan_cells
 
     cells = plan_cells(config_of(rehearse.pipeline_overrides(target, work), work / "runs" / "bench-gpu-plan"))
     return flops_per_sample(cells[0])

@@ -1,16 +1,12 @@
-"""scripts/rehearse.py: its tokenizer and data writers produce files the real loaders read, with the token
+"""palrp_bench/bench/rehearse.py (``scripts/rehearse.py``): its tokenizer and data writers produce files the real loaders read, with the token
 lengths of the real data, and its projection is load + paper samples x time per sample for every cell."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from palrp_bench.bench import rehearse
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("rehearse", REPO / "scripts" / "rehearse.py")
-rehearse = importlib.util.module_from_spec(_spec)
-sys.modules["rehearse"] = rehearse  # dataclasses resolve their module by name
-_spec.loader.exec_module(rehearse)
 
 
 @pytest.fixture(scope="module")

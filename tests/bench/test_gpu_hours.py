@@ -1,31 +1,16 @@
-"""scripts/bench_gpu.py (docs/rehearsal.md "Hours per table against the goals"): each table's projection, floor and
-ratio worked out by hand, the goals, the FLOPs of a sample from the cost model, the CPU dry run's table (the
+"""palrp_bench/bench/gpu_hours.py (``scripts/bench_gpu.py``; docs/rehearsal.md "Hours per table against the
+goals"): each table's projection, floor and ratio worked out by hand, the goals, the FLOPs of a sample from the cost model, the CPU dry run's table (the
 measurement faked: the real one builds full-size checkpoints) and its step in the GPU check."""
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from palrp_bench.bench import gpu_check, rehearse
+from palrp_bench.bench import gpu_hours as bench_gpu
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-
-
-def _load(name):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-rehearse = _load("rehearse")
-bench_gpu = _load("bench_gpu")
-gpu_check = _load("gpu_check")
 TARGETS = {t.name: t for t in rehearse.TARGETS}
 
 
@@ -64,7 +49,7 @@ def test_each_table_is_projected_floored_and_judged_by_hand():
 def test_a_sample_costs_what_the_cost_model_counts():
     """DeiT-tiny on ImageNet: 38 perturbation forwards and 2 explanations of one forward and one backward each, over
     197 tokens: 42 forwards of 2 FLOPs per parameter-token plus the attention's share."""
-    from bench_plan import config_of
+    from palrp_bench.bench.plan import config_of
 
     from palrp_bench.planning.cost import architecture_of, load_constants
     from palrp_bench.runner.plan import plan_cells

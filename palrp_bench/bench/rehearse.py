@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GIB = 1024 ** 3
 
 #: samples each paper table evaluates per cell (docs/protocol.md section 2-4); IMDB: up to the 1000th correct of a
@@ -467,10 +467,8 @@ def _peak_rss_kib(pid: int) -> int:
 
 def _planned(overrides: list[str], run_dir: Path) -> tuple[float | None, float | None]:
     """``(seconds per sample, model load seconds)`` that ``palrp-bench mode=plan`` estimates for the target's
-    command (scripts/bench_plan.py), or ``(None, None)`` if the cost model cannot price it."""
-    if str(Path(__file__).parent) not in sys.path:
-        sys.path.insert(0, str(Path(__file__).parent))
-    from bench_plan import plan_of
+    command (palrp_bench/bench/plan.py), or ``(None, None)`` if the cost model cannot price it."""
+    from .plan import plan_of
 
     try:
         budget = plan_of([o for o in overrides if not o.startswith("run_dir=")], run_dir)

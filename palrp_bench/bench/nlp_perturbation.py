@@ -24,12 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from palrp_bench.evaluation.procedures.nlp_perturbation import TASKS, nlp_perturbation_curves  # noqa: E402
-from palrp_bench.protocol import PROTOCOLS  # noqa: E402
+from ..evaluation.procedures.nlp_perturbation import TASKS, nlp_perturbation_curves
+from ..protocol import PROTOCOLS
 
 
 def build_model(task: str, *, layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, length: int,

@@ -1,19 +1,16 @@
-"""scripts/gpu_check.py (docs/rehearsal.md "GPU check"): a failing step is one FAILED row and the others still run,
+"""palrp_bench/bench/gpu_check.py (``scripts/gpu_check.py``, docs/rehearsal.md "GPU check"): a failing step is one FAILED row and the others still run,
 the summary table's columns, the exit status, the refusal without CUDA (faked; nothing here runs CUDA), and the
 suite step on a real pytest run."""
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from palrp_bench.bench import gpu_check
+
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gpu_check  # dataclasses resolve their module by name
-_spec.loader.exec_module(gpu_check)
 Row, OK, FAILED, SKIPPED = gpu_check.Row, gpu_check.OK, gpu_check.FAILED, gpu_check.SKIPPED
 
 

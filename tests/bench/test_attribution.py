@@ -1,13 +1,8 @@
-"""scripts/bench_attribution.py measures the encoder-decoder T5 family through the same ``explain`` path as the
+"""palrp_bench/bench/attribution.py (``scripts/bench_attribution.py``) measures the encoder-decoder T5 family through the same ``explain`` path as the
 decoders (docs/engine.md, "T5"): a tiny run writes one row per method with its ratio to Gradient x Input."""
-import importlib.util
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_attribution", REPO / "scripts" / "bench_attribution.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from palrp_bench.bench import attribution as bench
 
 
 def test_the_t5_family_runs_with_encoder_and_decoder_tokens(tmp_path, capsys):

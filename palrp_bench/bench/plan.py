@@ -23,16 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config_of(overrides: list[str], run_dir: Path):
     """The config ``palrp-bench <overrides> run_dir=<run_dir>`` composes."""
     from hydra import compose, initialize_config_dir
 
-    from palrp_bench.catalog import CONFIG_DIR
-    from palrp_bench.schema import register_schemas
+    from ..catalog import CONFIG_DIR
+    from ..schema import register_schemas
 
     register_schemas()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -41,10 +40,10 @@ def config_of(overrides: list[str], run_dir: Path):
 
 def plan_of(overrides: list[str], run_dir: Path):
     """The :class:`~palrp_bench.planning.budget.PlanBudget` that ``palrp-bench mode=plan <overrides>`` prints."""
-    from palrp_bench.planning.budget import plan_budget
-    from palrp_bench.planning.cost import load_constants
-    from palrp_bench.runner.devices import resolve_devices
-    from palrp_bench.runner.plan import plan_cells, plan_jobs
+    from ..planning.budget import plan_budget
+    from ..planning.cost import load_constants
+    from ..runner.devices import resolve_devices
+    from ..runner.plan import plan_cells, plan_jobs
 
     cfg = config_of(overrides, run_dir)
     cells = plan_cells(cfg)

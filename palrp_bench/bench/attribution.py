@@ -45,9 +45,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from palrp_bench import explain
-from palrp_bench.atomic_io import write_json_atomic
-from palrp_bench.lrp.rules import FUSED_STABILIZER_MODES, FUSED_STABILIZERS_ENV
+from ..api import explain
+from ..atomic_io import write_json_atomic
+from ..lrp.rules import FUSED_STABILIZER_MODES, FUSED_STABILIZERS_ENV
 
 PRESETS = {
     # the shapes of the tests' tiny models, scaled up a little (per-call overheads dominate)
@@ -179,7 +179,7 @@ def peak_memory_mb(args, length, method) -> float:
         attribute(model, ids, method)
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    cmd = [sys.executable, __file__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
+    cmd = [sys.executable, "-m", __name__, "--_memory-probe", method, "--preset", args.preset, "--lengths", str(length),
            "--batch", str(args.batch), "--dtype", args.dtype, "--device", args.device, "--family", args.family,
            "--forward-batch", str(args.forward_batch), "--decoder-length", str(args.decoder_length)] \
         + (["--stabilizers", args.stabilizers] if args.stabilizers else [])

@@ -49,11 +49,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-REPO = Path(__file__).resolve().parents[1]
-if str(Path(__file__).parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).parent))
-import bench_gpu  # noqa: E402  (scripts/bench_gpu.py: hours per table against the floor and the goals)
-import rehearse  # noqa: E402  (scripts/rehearse.py: targets, their checkpoints and data, measurement)
+from . import gpu_hours as bench_gpu  # hours per table against the floor and the goals
+from . import rehearse  # targets, their checkpoints and data, measurement
+
+REPO = Path(__file__).resolve().parents[2]
 
 GIB = 1024 ** 3
 STEPS = ("suite", "calibrate", "rehearse", "hours", "bench")
@@ -287,7 +286,7 @@ def _calibration_of(cost_file: Path, model: str) -> tuple[dict | None, dict]:
 def calibrate_step(check: Check) -> Iterable[Row]:
     """``palrp-bench mode=calibrate`` per model of the chosen targets; the measurements go to
     ``calibrate/calibrate.json`` (each run replaces the measurements of its device kind in ``cost.json``)."""
-    from palrp_bench.planning.cost import user_cost_path
+    from ..planning.cost import user_cost_path
 
     folder = check.folder("calibrate")
     collected = []
@@ -431,11 +430,11 @@ def hours_step(check: Check) -> Iterable[Row]:
 
 
 def bench_step(check: Check) -> Iterable[Row]:
-    """``scripts/bench_attribution.py`` with ``--bench-args`` on the device; one row per length and method."""
+    """``python -m palrp_bench.bench.attribution`` with ``--bench-args`` on the device; one row per length and method."""
     folder = check.folder("bench")
     log, data = folder / "bench.log", folder / "bench.json"
     bench_args = shlex.split(check.args.bench_args or BENCH_ARGS[check.args.device])
-    code, wall = _run([sys.executable, str(REPO / "scripts" / "bench_attribution.py"), *bench_args,
+    code, wall = _run([sys.executable, "-m", "palrp_bench.bench.attribution", *bench_args,
                        "--device", check.args.device, "--json", str(data)], log, check.env)
     result = json.loads(data.read_text()) if data.is_file() else {"rows": []}
     for r in result["rows"]:
