@@ -168,36 +168,30 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def write_imdb(folder: Path) -> None:
-    """The Kaggle CSV (50,000 rows) and the hub's ``plain_text/{train,test}-00000-of-00001.parquet``."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """The Kaggle CSV (50,000 rows) and the hub's ``plain_text/{train,test}-00000-of-00001.parquet``, each hub
+    split sorted by label as the hub's is."""
+    from ..data.imdb import KAGGLE_CSV_NAME, write_hub_layout, write_kaggle_csv
 
     text = _Text(2)
     n = 50000
     lengths = text.lengths(n, median=230, sigma=0.6, low=8, high=2400)
     reviews = [text(k) for k in lengths]
     sentiments = ["positive" if i % 2 else "negative" for i in range(n)]
-    (folder / "kaggle").mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"review": reviews, "sentiment": sentiments}).to_csv(folder / "kaggle" / "IMDB Dataset.csv",
-                                                                      index=False)
-    hub = folder / "hub" / "plain_text"
-    hub.mkdir(parents=True, exist_ok=True)
+    write_kaggle_csv(folder / "kaggle" / KAGGLE_CSV_NAME, reviews, sentiments)
     half = n // 2
+    splits = {}
     for split, part in (("train", slice(0, half)), ("test", slice(half, n))):
         rows = sorted(zip(reviews[part], [int(s == "positive") for s in sentiments[part]]), key=lambda r: r[1])
-        pq.write_table(pa.table({"text": [r[0] for r in rows], "label": [r[1] for r in rows]}),
-                       hub / f"{split}-00000-of-00001.parquet")
+        splits[split] = ([r[0] for r in rows], [r[1] for r in rows])
+    write_hub_layout(folder / "hub", splits)
 
 
 def write_arc(folder: Path) -> None:
     """``ARC-Easy/{train,validation,test}-00000-of-00001.parquet`` (2251 / 570 / 2376 questions)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from ..data.arc import write_hub_layout
 
     text = _Text(3)
-    out = folder / "ARC-Easy"
-    out.mkdir(parents=True, exist_ok=True)
+    splits = {}
     for split, n in (("train", 2251), ("validation", 570), ("test", 2376)):
         rows = []
         for i in range(n):
@@ -206,23 +200,19 @@ def write_arc(folder: Path) -> None:
             rows.append({"id": f"Rehearsal_{split}_{i:05d}", "question": text(int(text.rng.integers(10, 40))),
                          "choices": {"text": [text(int(text.rng.integers(1, 6))) for _ in labels], "label": labels},
                          "answerKey": labels[int(text.rng.integers(0, k))]})
-        pq.write_table(pa.Table.from_pylist(rows), out / f"{split}-00000-of-00001.parquet")
+        splits[split] = rows
+    write_hub_layout(folder, splits)
 
 
 def write_wikipedia(folder: Path) -> None:
     """``20231101.en/train-0000{0..1}-of-00002.parquet``, 3000 articles (the run reads the first 2500)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from ..data.wikipedia import write_hub_layout
 
     text = _Text(4)
-    out = folder / "20231101.en"
-    out.mkdir(parents=True, exist_ok=True)
     lengths = text.lengths(3000, median=700, sigma=0.9, low=30, high=4000)
     rows = [{"id": str(10 + i), "url": f"https://en.wikipedia.org/wiki?curid={10 + i}", "title": f"Article {i}",
              "text": text(k)} for i, k in enumerate(lengths)]
-    for shard in range(2):
-        pq.write_table(pa.Table.from_pylist(rows[shard * 1500:(shard + 1) * 1500]),
-                       out / f"train-{shard:05d}-of-00002.parquet")
+    write_hub_layout(folder, rows, n_shards=2)
 
 
 # --------------------------------------------------------------------------------------------- vision data
@@ -247,6 +237,8 @@ def write_imagenet(folder: Path) -> None:
     """``val/<wnid>/ILSVRC2012_val_XXXXXXXX.JPEG``: 1000 classes x 50 images, hard links to 16 JPEGs."""
     from PIL import Image
 
+    from ..data.imagenet import write_image_folder
+
     sources = folder / "sources"
     sources.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -254,34 +246,22 @@ def write_imagenet(folder: Path) -> None:
         path = sources / f"image{i:02d}.JPEG"
         Image.fromarray(image).save(path, quality=90)
         paths.append(path)
-    number = 0
-    for c in range(1000):
-        wnid = folder / "val" / f"n{1440764 + c * 97:08d}"
-        wnid.mkdir(parents=True, exist_ok=True)
-        for _ in range(50):
-            number += 1
-            target = wnid / f"ILSVRC2012_val_{number:08d}.JPEG"
-            if not target.exists():
-                os.link(paths[number % len(paths)], target)
+    write_image_folder(folder, paths, [f"n{1440764 + c * 97:08d}" for c in range(1000)], per_class=50)
 
 
 def write_gtsegs_file(path: Path) -> None:
-    """MATLAB v7.3 ``gtsegs_ijcv.mat`` with 4276 entries (the tests' writer, entries sharing 16 images)."""
-    import importlib.util
-
+    """MATLAB v7.3 ``gtsegs_ijcv.mat`` with 4276 entries sharing 16 images (a box as each mask)."""
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("vision_fixtures",
-                                                  REPO / "tests" / "data" / "fixtures_vision" / "make_fixtures.py")
-    fixtures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fixtures)
+    from ..data.imagenet_seg import IMAGENET_SEG_COUNT, write_imagenet_seg
+
     entries = []
     for image in _images():
         h, w = image.shape[:2]
         mask = np.zeros((h, w), np.uint8)
         mask[h // 5:4 * h // 5, w // 4:3 * w // 4] = 1
         entries.append((image, mask))
-    fixtures.write_gtsegs(path, entries, count=4276)
+    write_imagenet_seg(path, entries, count=IMAGENET_SEG_COUNT)
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints

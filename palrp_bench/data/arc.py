@@ -47,7 +47,7 @@ _COLUMNS = ("id", "question", "answerKey")
 _OPTIONAL = ("choices",)
 
 __all__ = ["ANSWER_LETTERS", "format_mcqa_prompt", "load_arc_easy", "answer_letter_from_token",
-           "predicted_letter", "select_correct"]
+           "predicted_letter", "select_correct", "write_hub_layout"]
 
 
 def format_mcqa_prompt(question: str, choices: Sequence[str]) -> str:
@@ -182,6 +182,18 @@ def select_correct(samples: Sequence[TextSample], predicted_letters: Iterable[st
             if len(kept) == limit:
                 break
     return kept
+
+
+def write_hub_layout(folder: str | Path, splits: dict[str, list[dict]]) -> None:
+    """``split -> records`` (columns ``id``, ``question``, ``choices{text, label}``, ``answerKey``) as the hub's
+    ``ARC-Easy/{split}-00000-of-00001.parquet`` (what ``task.path`` takes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(folder) / HF_CONFIG
+    out.mkdir(parents=True, exist_ok=True)
+    for split, records in splits.items():
+        pq.write_table(pa.Table.from_pylist(list(records)), out / f"{split}-00000-of-00001.parquet")
 
 
 @register_dataset(

@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -342,6 +343,21 @@ def load_imagenet_val(root: str | Path, subset: str | int = "protocol5000", imag
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
         raise BadInputError(f"image_size must be a positive int, got {image_size!r}", "use e.g. image_size=224")
     return select_imagenet_val(list_imagenet_val(root, labels_file), subset, image_size)
+
+
+def write_image_folder(folder: str | Path, sources: Sequence[Path], wnids: Sequence[str], per_class: int) -> None:
+    """An ImageFolder validation set ``val/<wnid>/ILSVRC2012_val_<number>.JPEG`` (numbers from 1, class by class)
+    of ``per_class`` images per class, each a hard link to one of ``sources`` in turn: a full-size layout for the
+    cost of a few files (what ``task.path`` takes)."""
+    number = 0
+    for wnid in wnids:
+        out = Path(folder) / "val" / wnid
+        out.mkdir(parents=True, exist_ok=True)
+        for _ in range(per_class):
+            number += 1
+            target = out / f"ILSVRC2012_val_{number:08d}.JPEG"
+            if not target.exists():
+                os.link(sources[number % len(sources)], target)
 
 
 def _pool_size(options: dict) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ HF_ORDER_SEED = 42
 ImdbSource = Literal["kaggle_csv", "hf"]
 
 __all__ = ["IMDB_LABELS", "ImdbSplits", "load_imdb", "imdb_splits", "official_split_indices",
-           "default_kaggle_csv_path"]
+           "default_kaggle_csv_path", "write_kaggle_csv", "write_hub_layout"]
 
 
 @dataclass
@@ -269,6 +269,30 @@ def imdb_splits(tokenizer: Any, *, source: ImdbSource = "kaggle_csv", path: str 
     return ImdbSplits(train=list(_tokenise(train_rows[:train_size], tokenizer, max_length, pad_to_max)),
                       validation=list(_tokenise(validation_rows, tokenizer, max_length, pad_to_max)),
                       validation_kind=validation)
+
+
+# -------------------------------------------------------------------------------------------------- writers
+def write_kaggle_csv(path: str | Path, reviews: Sequence[str], sentiments: Sequence[str]) -> None:
+    """Reviews and their sentiments (``positive`` | ``negative``) as the Kaggle CSV this module reads (columns
+    ``review``, ``sentiment``)."""
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"review": list(reviews), "sentiment": list(sentiments)}).to_csv(path, index=False)
+
+
+def write_hub_layout(folder: str | Path, splits: dict[str, tuple[Sequence[str], Sequence[int]]]) -> None:
+    """``split -> (texts, labels)`` (0 = neg, 1 = pos) as the hub's ``plain_text/{split}-00000-of-00001.parquet``
+    (what ``source=hf`` reads from ``task.path``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(folder) / "plain_text"
+    out.mkdir(parents=True, exist_ok=True)
+    for split, (texts, labels) in splits.items():
+        pq.write_table(pa.table({"text": list(texts), "label": [int(x) for x in labels]}),
+                       out / f"{split}-00000-of-00001.parquet")
 
 
 #: mean real tokens per review under LLaMA tokenizers: about 1,300 characters at ~4 characters per token, truncated

@@ -33,7 +33,7 @@ MEAN_ARTICLE_TOKENS = 500
 _COLUMNS = ("id", "text")
 _OPTIONAL = ("url", "title")
 
-__all__ = ["load_wikipedia"]
+__all__ = ["load_wikipedia", "write_hub_layout"]
 
 
 def _how_to_get() -> str:
@@ -75,6 +75,20 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
     pool = TextPool([a[0] for a in articles], build)
     check_unique_ids(pool, "Wikipedia")
     return pool
+
+
+def write_hub_layout(folder: str | Path, records: list[dict], n_shards: int = 1) -> None:
+    """Articles (columns ``id``, ``text``, and ``url``, ``title`` where given) as the hub's
+    ``20231101.en/train-{k:05d}-of-{n:05d}.parquet`` shards, split evenly in order (what ``task.path`` takes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(folder) / HF_CONFIG
+    out.mkdir(parents=True, exist_ok=True)
+    size = -(-len(records) // n_shards)
+    for shard in range(n_shards):
+        pq.write_table(pa.Table.from_pylist(records[shard * size:(shard + 1) * size]),
+                       out / f"train-{shard:05d}-of-{n_shards:05d}.parquet")
 
 
 def _check_copy(task, options, findings) -> None:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from palrp_bench.data.imagenet_seg import (IMAGENET_SEG_URL, load_imagenet_seg, read_seg_entry,
-                                           verify_imagenet_seg)
+                                           verify_imagenet_seg, write_imagenet_seg)
 from palrp_bench.errors import BadInputError, MissingDataError
 
 FIXTURES = Path(__file__).parent / "fixtures_vision"
@@ -131,7 +131,7 @@ def test_missing_and_malformed_files(tmp_path, fixture_spec):
         load_imagenet_seg(not_refs, expected_count=None)
     mismatched = tmp_path / "mismatched.mat"
     image, mask = fixture_spec.seg_entries()[1]
-    fixture_spec.write_gtsegs(mismatched, [(image, mask[:-2])])
+    write_imagenet_seg(mismatched, [(image, mask[:-2])])
     with pytest.raises(MissingDataError, match="differ in size"):
         load_imagenet_seg(mismatched, expected_count=1)[0]
     with pytest.raises(BadInputError):
@@ -154,7 +154,7 @@ def test_verify_finds_problems(tmp_path, fixture_spec):
     bad_mask = tmp_path / "bad_mask.mat"
     entries = fixture_spec.seg_entries()
     entries[2] = (entries[2][0], entries[2][1] * 255)
-    fixture_spec.write_gtsegs(bad_mask, entries)
+    write_imagenet_seg(bad_mask, entries)
     report = verify_imagenet_seg(bad_mask, expected_count=3)
     assert report.problems == ["entry 2: mask values [0, 255] are not in {0, 1}"]
     # spot checks: evenly spaced entries, first and last included

@@ -18,9 +18,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import h5py
 import numpy as np
 from PIL import Image
+
+from palrp_bench.data.imagenet_seg import write_imagenet_seg
 
 HERE = Path(__file__).resolve().parent
 WNIDS = ("n01440764", "n01443537", "n01484850")  # sorted: class indices 0, 1, 2
@@ -99,40 +100,7 @@ def seg_entries() -> list[tuple[np.ndarray, np.ndarray]]:
     return entries
 
 
-def write_gtsegs(path: Path, entries: list[tuple[np.ndarray, np.ndarray]], count: int | None = None) -> None:
-    """Write entries in the ``gtsegs_ijcv.mat`` (MATLAB v7.3) layout. With ``count`` larger than the number of
-    entries, entry ``i`` references the arrays of ``entries[i % len(entries)]`` (a full-size file from a few
-    images, as ``scripts/rehearse.py`` writes it)."""
-    count = len(entries) if count is None else int(count)
-    with h5py.File(path, "w", userblock_size=512) as f:
-        refs = f.create_group("#refs#")
-        value = f.create_group("value")
-        value.attrs["MATLAB_class"] = np.bytes_("struct")
-        img = value.create_dataset("img", shape=(count, 1), dtype=h5py.ref_dtype)
-        gt = value.create_dataset("gt", shape=(count, 1), dtype=h5py.ref_dtype)
-        for dset in (img, gt):
-            dset.attrs["MATLAB_class"] = np.bytes_("cell")
-        stored = []
-        for i, (image, mask) in enumerate(entries):
-            d_img = refs.create_dataset(f"img{i}", data=image.transpose(2, 1, 0),  # column-major storage
-                                        compression="gzip", shuffle=True)
-            d_img.attrs["MATLAB_class"] = np.bytes_("uint8")
-            d_mask = refs.create_dataset(f"mask{i}", data=mask.transpose(1, 0), compression="gzip")
-            d_mask.attrs["MATLAB_class"] = np.bytes_("logical")
-            stored.append((d_img.ref, d_mask.ref))
-        for i in range(count):
-            image_ref, mask_ref = stored[i % len(stored)]
-            cell = refs.create_dataset(f"cell{i}", shape=(1, 1), dtype=h5py.ref_dtype)
-            cell.attrs["MATLAB_class"] = np.bytes_("cell")
-            cell[0, 0] = mask_ref
-            img[i, 0] = image_ref
-            gt[i, 0] = cell.ref
-    header = b"MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2024 HDF5 schema 1.00 ."
-    with open(path, "r+b") as handle:  # the MATLAB v7.3 user block: 116-byte text, subsys, version, endian
-        handle.write(header.ljust(116, b" ") + b"\x00" * 8 + b"\x00\x02" + b"IM")
-
-
 if __name__ == "__main__":
     make_val_fixtures()
-    write_gtsegs(HERE / "gtsegs_tiny.mat", seg_entries())
+    write_imagenet_seg(HERE / "gtsegs_tiny.mat", seg_entries())
     print(f"fixtures written under {HERE}")
