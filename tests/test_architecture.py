@@ -43,6 +43,8 @@ ALLOWED = {
     "cli": {"app", "runner", "schema", "catalog"},
     # training the models the benchmark evaluates (palrp-bench-finetune): checks its memory with planning's model
     "finetune": {"planning", "models", "data"},
+    # the paper's heatmap figure: explains images and draws them with the report's map style
+    "heatmap_figure": {"api", "models", "data", "report"},
     # measuring this machine from a checkout: the rehearsal drives the command line, the GPU check the test suite
     "bench": {"app", "planning", "runner", "report", "evaluation", "api", "__init__", "attributors", "models",
               "methods", "lrp", "data", "metrics", "schema", "catalog"},

@@ -21,7 +21,6 @@ from palrp_bench.errors import BadInputError, MissingDataError
 
 FIXTURES = Path(__file__).parent / "fixtures_vision"
 TINY_MAT = FIXTURES / "gtsegs_tiny.mat"
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "get_imagenet_seg.py"
 
 
 def _load_module(path: Path, name: str):
@@ -164,7 +163,8 @@ def test_verify_finds_problems(tmp_path, fixture_spec):
 
 
 def test_get_imagenet_seg_script(tmp_path, capsys):
-    script = _load_module(SCRIPT, "get_imagenet_seg")
+    from palrp_bench.data import get_imagenet_seg as script
+
     assert script.main([str(tmp_path / "gtsegs_ijcv.mat")]) == 2
     out = capsys.readouterr().out
     assert IMAGENET_SEG_URL in out and "never downloaded" in out

@@ -1,19 +1,14 @@
-"""scripts/make_heatmap_figure.py renders image | AttnLRP | PE only | PA-LRP for any twin-supported ViT."""
-import importlib.util
-from pathlib import Path
-
+"""palrp_bench/heatmap_figure.py (``scripts/make_heatmap_figure.py``) renders image | AttnLRP | PE only | PA-LRP for
+any twin-supported ViT."""
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_heatmap_figure.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("make_heatmap_figure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from palrp_bench import heatmap_figure
+
+    return heatmap_figure
 
 
 def test_renders_a_figure_from_a_tensor_of_images(script, tmp_path):

@@ -14,12 +14,10 @@ Exit status: 0 the file is sound, 1 problems found, 2 the file is missing or not
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from palrp_bench.data.imagenet_seg import (IMAGENET_SEG_COUNT, IMAGENET_SEG_FILENAME, IMAGENET_SEG_URL,
-                                           verify_imagenet_seg)
-from palrp_bench.errors import MissingDataError
+from ..errors import MissingDataError
+from .imagenet_seg import IMAGENET_SEG_COUNT, IMAGENET_SEG_FILENAME, IMAGENET_SEG_URL, verify_imagenet_seg
 
 
 def instructions(path: Path) -> str:
@@ -61,7 +59,3 @@ def main(argv: list[str] | None = None) -> int:
     for problem in report.problems:
         print(f"problem: {problem}")
     return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import palrp_bench
-from palrp_bench.errors import BadInputError, MissingDataError, PalrpError
+from .api import explain
+from .errors import BadInputError, MissingDataError, PalrpError
 
 COLUMNS = (("attnlrp", "AttnLRP"), ("pe_only", "PE only"), ("pa_lrp", "PA-LRP (Ours)"))
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
@@ -55,14 +55,14 @@ def load_model(name: str, checkpoint: str | None, model_kwargs: dict):
     timm DeiT/ViT name loaded by :func:`palrp_bench.models.loading.load_timm_vit` (``model_kwargs`` go to timm)."""
     if name == "tiny":
         try:
-            from palrp_bench.data.synthetic_vision import load_tiny_vit
+            from .data.synthetic_vision import load_tiny_vit
             return load_tiny_vit(), "tiny ViT (synthetic shapes, class = colour x image half)"
         except (ImportError, MissingDataError) as err:
             print(f"note: shipped tiny ViT unavailable ({err}); using a random tiny ViT", file=sys.stderr)
             return random_tiny_vit(), "random tiny ViT"
     if name == "random":
         return random_tiny_vit(), "random tiny ViT"
-    from palrp_bench.models.loading import load_timm_vit
+    from .models.loading import load_timm_vit
     return load_timm_vit(name, checkpoint=checkpoint, pretrained=checkpoint is None, **model_kwargs), name
 
 
@@ -79,7 +79,7 @@ def load_images(source: str | None, n: int, samples: list[int] | None = None) ->
     """Raw images ``[N, 3, H, W]`` in [0, 1] (any size) and their names. Without ``source``: the embedded
     synthetic test images ``samples`` (indices), else the first ``n``."""
     if source is None:
-        from palrp_bench.data.synthetic_vision import make_synthetic_vision
+        from .data.synthetic_vision import make_synthetic_vision
         indices = list(range(n)) if samples is None else samples
         pool = make_synthetic_vision(max(indices) + 1, split="test")
         return torch.stack([pool[i].image for i in indices]), [pool[i].sample_id for i in indices]
@@ -139,7 +139,7 @@ def render(raw, maps, row_labels, title, out: Path, cmap: str | None) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.cm import ScalarMappable
 
-    from palrp_bench.report.plots import map_style
+    from .report.plots import map_style
 
     n = raw.shape[0]
     fig, axes = plt.subplots(n, 2 + len(COLUMNS), figsize=(2.4 * (1 + len(COLUMNS)) + 0.4, 2.4 * n + 0.5),
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         raw, pixels = prepare(images, size, mean, std)
         maps, explanation = {}, None
         for method, _ in COLUMNS:
-            explanation = palrp_bench.explain(model, pixels, method=method, rules=args.rules)
+            explanation = explain(model, pixels, method=method, rules=args.rules)
             maps[method] = explanation.scores
         pred = explanation.target.tolist()
         row_labels = [f"{name}\npred: {labels[p] if labels else p}" for name, p in zip(names, pred)]
@@ -208,7 +208,3 @@ def main(argv=None) -> int:
         return 2
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
