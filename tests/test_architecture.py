@@ -6,6 +6,7 @@ the palrp_bench package it reaches; a reach outside the allowed set fails with t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,28 @@ def test_the_checker_sees_relative_and_function_level_imports():
     reached = {_reached(m) for _, m in _imports(PACKAGE / "models" / "probe.py", source)}
     assert reached == {"lrp", "methods", "models"}
     assert "methods" not in ALLOWED["models"] | BASE
+
+
+#: scripts that run in their own virtualenv beside a reference implementation (the official code, lxt), never
+#: with palrp_bench's dependencies: whole programs there, by design (docs/reference_lxt.md)
+REFERENCE_RUNS = {"make_official_fixtures.py", "reference_lxt.py"}
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE.parent / "scripts").glob("*.py")), ids=lambda p: p.name)
+def test_scripts_are_entry_points_only(path):
+    """Every script calls the ``main`` of a package module and defines nothing itself, so no test or package
+    module can import a function from scripts/ (the library work lives in the package)."""
+    if path.name in REFERENCE_RUNS:
+        return
+    tree = ast.parse(path.read_text())
+    defined = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    imports = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not defined and any(m and m.startswith("palrp_bench.") for m in imports), (path.name, defined)
+
+
+def test_nothing_imports_from_scripts():
+    """No module of the package or the tests loads a file of scripts/ (by path, or with scripts/ on sys.path)."""
+    loads = re.compile(r"spec_from_file_location\([^)]*[\"']scripts[\"']|sys\.path\.insert\([^)]*[\"']scripts[\"']")
+    for folder in (PACKAGE, PACKAGE.parent / "tests"):
+        for path in folder.rglob("*.py"):
+            assert not loads.search(path.read_text()), path
