@@ -95,13 +95,31 @@ def tf32_mode(choice: str) -> Iterator[dict]:
              torch.backends.cuda.matmul.fp32_precision) = saved
 
 
-def device_kind(device) -> str:
+def device_kind(device, *, cpu_detail: bool = False) -> str:
     """The kind of a torch device (a string or :class:`torch.device`): ``cpu``, ``cuda/<GPU name>`` (e.g.
-    ``cuda/NVIDIA H100 80GB HBM3``), or the device type for other backends (``mps``, ``meta``)."""
+    ``cuda/NVIDIA H100 80GB HBM3``), or the device type for other backends (``mps``, ``meta``). With
+    ``cpu_detail`` a CPU is ``cpu/<CPU model>/<threads>t``, the kind cost constants are measured for (a CPU's speed
+    depends on its model and the threads torch uses; docs/planning.md "Calibration")."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda/{torch.cuda.get_device_name(index)}"
+    if device.type == "cpu" and cpu_detail:
+        return f"cpu/{_cpu_model()}/{torch.get_num_threads()}t"
     return device.type
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``, else what :mod:`platform` says)."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"

@@ -583,7 +583,7 @@ def check_memory(args, model_path: str, processes: Processes, loaded=None):
     while the architecture is unknown (a hub id not in the cache: checked again once the model is loaded)."""
     from ..data.imdb import OFFICIAL_LIMIT
     from ..planning.budget import format_bytes as gb, format_seconds
-    from ..planning.cost import device_kind
+    from ..numerics import device_kind
     from ..planning.training import Setting, cheapest_fit, classifier_architecture, estimate_training
 
     arch = classifier_architecture(model_path)
@@ -592,7 +592,7 @@ def check_memory(args, model_path: str, processes: Processes, loaded=None):
     val_rows = args.val_rows or (OFFICIAL_LIMIT if args.official_selection else OFFICIAL.val_rows)
     recipe = replace(OFFICIAL, batch_size=args.batch_size, max_length=args.max_length, train_rows=args.train_rows,
                      epochs=args.epochs, val_rows=val_rows)
-    kind = device_kind(str(processes.device))
+    kind = device_kind(str(processes.device), cpu_detail=True)
     common = dict(kind=kind, head_only=args.quantized, dtype=args.dtype, device_memory=_device_memory(processes),
                   recipe=recipe)
     found = estimate_training(arch, setting=Setting(args.gradient_checkpointing, processes.size), **common)

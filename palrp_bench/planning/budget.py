@@ -292,12 +292,12 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
                 constants: CostConstants, priced_on: PlanDevice | None = None) -> PlanBudget:
     """The budget of ``cells`` (and their ``jobs``) on ``devices`` with the ``runner`` settings, or on
     ``priced_on`` (its kind, memory and workers, without touching this machine's devices)."""
-    from .cost import device_kind
+    from ..numerics import device_kind
 
     if priced_on is not None:
         devices, kind, memory = priced_on.devices, priced_on.kind, priced_on.memory_bytes
     else:
-        kind, memory = device_kind(devices[0] if devices else "cpu"), _machine_memory(devices)
+        kind, memory = device_kind(devices[0] if devices else "cpu", cpu_detail=True), _machine_memory(devices)
     device = devices[0] if devices else "cpu"
     jobs_per_cell: dict[str, int] = {}
     for job in jobs:

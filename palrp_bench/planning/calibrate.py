@@ -49,7 +49,8 @@ from pathlib import Path
 from ..atomic_io import write_json_atomic
 from ..errors import BadInputError
 from ..numerics import tf32_mode
-from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, batch_seconds, device_kind, estimate,
+from ..numerics import device_kind
+from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, batch_seconds, estimate,
                    load_constants, profile_key, sample_work, work_units)
 from ..runner.plan import Cell
 
@@ -212,7 +213,7 @@ def measure_cell(cell: Cell, device: str, n_samples: int | None, constants: Cost
         batches, wall, cpu = _timed_batches(adapter, bundle, ctx, metrics, timed, sizer)
     total_units, explanations = _units(cell, arch, batches, constants)
     units = total_units / len(timed)
-    kind = device_kind(device)
+    kind = device_kind(device, cpu_detail=True)
     before = constants.profile(kind, profile_key(cell.model, arch))
     predicted = (None if before is None or before.seconds_per_unit is None
                  else batch_seconds(before, explanations, units, len(timed), sizer.size) / len(timed))
@@ -346,7 +347,7 @@ def calibrate(cells: list[Cell], devices: tuple[str, ...], runner, *, out=sys.st
 
     constants = constants or load_constants()
     device = devices[0]
-    kind = device_kind(device)
+    kind = device_kind(device, cpu_detail=True)
     n_samples = int(runner.max_samples) if runner.max_samples is not None else None
     firsts: dict[str, Cell] = {}
     for cell in cells:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,11 +51,11 @@ from ..attributors import attributor_spec
 from ..errors import BadInputError
 from ..models.architecture import Architecture, hf_architecture
 from ..models.loading import loader_spec
-from ..numerics import device_kind as accelerator_kind
+from ..numerics import device_kind
 from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
-           "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
+           "load_constants", "architecture_of", "hf_architecture", "sample_work",
            "work_units", "peak_memory", "estimate", "batch_seconds", "profile_key",
            "known_device_kinds", "resolve_device_kind", "NF4_BYTES_PER_PARAM"]
 
@@ -291,30 +290,6 @@ def resolve_device_kind(name: str, constants: CostConstants, setting: str = "run
 
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _cpu_threads() -> int:
-    import torch
-
-    return int(torch.get_num_threads())
-
-
-def device_kind(device: str) -> str:
-    """The kind of a torch device string that constants are measured for: ``cuda/<GPU name>`` or
-    ``cpu/<CPU model>/<threads>t`` (a CPU's speed depends on the threads torch uses)."""
-    if str(device).startswith("cuda"):
-        return accelerator_kind(device)
-    return f"cpu/{_cpu_model()}/{_cpu_threads()}t"
-
-
 def profile_key(model, arch: Architecture) -> str:
     """``family/dtype/quantization`` (``none`` for the self-test)."""
     if arch.family == "none":
@@ -413,7 +388,7 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
     memory: a full batch). See the module docstring for the formulas."""
     constants = constants or load_constants()
     cell = _as_cell(cell_or_model, task, metrics, method)
-    kind = kind or device_kind(device)
+    kind = kind or device_kind(device, cpu_detail=True)
     arch = architecture_of(cell.model, constants)
     if arch is None:
         return Estimate(n_samples, None, None, None, None, None, kind, "?", note=(

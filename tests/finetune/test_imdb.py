@@ -278,9 +278,9 @@ def test_a_run_that_cannot_fit_stops_before_writing_anything(ft, tmp_path, capsy
 @pytest.fixture
 def h100(ft, monkeypatch):
     """This process on an H100 80GB, as far as the memory check sees."""
-    import palrp_bench.planning.cost as cost
+    import palrp_bench.numerics as numerics
 
-    monkeypatch.setattr(cost, "device_kind", lambda device: "cuda/NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(numerics, "device_kind", lambda device, **_: "cuda/NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(ft, "_device_memory", lambda processes: 85.0e9)
 
 

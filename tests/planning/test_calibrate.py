@@ -9,7 +9,8 @@ import pytest
 from palrp_bench.planning import calibrate as calibration
 from palrp_bench.app import run
 from palrp_bench.planning.calibrate import Measurement, fit_profiles
-from palrp_bench.planning.cost import SHIPPED_CONSTANTS, CostConstants, device_kind, load_constants, user_cost_path
+from palrp_bench.numerics import device_kind
+from palrp_bench.planning.cost import SHIPPED_CONSTANTS, CostConstants, load_constants, user_cost_path
 from runner.harness import compose_cfg
 
 
@@ -34,7 +35,7 @@ def test_calibrate_writes_the_user_cache_only_and_plans_use_it(tmp_path, monkeyp
     assert _package_state() == before and list((tmp_path / "home").iterdir()) == []
     assert not run_dir.exists()
     data = json.loads(path.read_text())
-    entry = data["devices"][device_kind("cpu")]
+    entry = data["devices"][device_kind("cpu", cpu_detail=True)]
     assert set(entry["profiles"]) == {"decoder/float32/none"}
     (measurement,) = entry["measurements"]
     assert measurement["model"] == "tiny_llama_cls" and measurement["per_sample"] > 0
@@ -42,12 +43,12 @@ def test_calibrate_writes_the_user_cache_only_and_plans_use_it(tmp_path, monkeyp
     assert (measurement["batch_size"], measurement["n_timed"], measurement["n_batches"]) == (8, 8, 1)
     assert measurement["alone_seconds"] > 0 and entry["profiles"]["decoder/float32/none"]["batch_size"] == 8
     assert "tiny_llama_cls" in printed.getvalue() and str(path) in printed.getvalue()
-    profile = load_constants().profile(device_kind("cpu"), "decoder/float32/none")
+    profile = load_constants().profile(device_kind("cpu", cpu_detail=True), "decoder/float32/none")
     assert profile.origin.startswith("calibrated") and str(path) in profile.origin
     # a second calibration of another model keeps the first profile
     run(compose_cfg(run_dir, "mode=calibrate", "model=tiny_vit", "task=synthetic_shapes_seg", "method=pa_lrp",
                     "runner.devices=[cpu]", "runner.max_samples=2"), out=io.StringIO())
-    profiles = json.loads(path.read_text())["devices"][device_kind("cpu")]["profiles"]
+    profiles = json.loads(path.read_text())["devices"][device_kind("cpu", cpu_detail=True)]["profiles"]
     assert set(profiles) == {"decoder/float32/none", "vit/float32/none"}
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import palrp_bench.planning.budget as budget
 import palrp_bench.planning.cost as cost
+from palrp_bench import numerics
 from palrp_bench.planning.cost import CostConstants, hf_architecture, load_constants
 from palrp_bench.planning.training import (OFFICIAL_RECIPE, Setting, cheapest_fit, classifier_architecture,
                                            estimate_training, load_training_constants, needs_training,
@@ -170,7 +171,7 @@ def test_missing_classifiers_are_the_local_classifier_folders_without_a_saved_mo
 
 
 def test_the_plan_prices_the_missing_classifiers_on_the_planned_kind(tmp_path, monkeypatch):
-    monkeypatch.setattr(cost, "device_kind", lambda device: H100)
+    monkeypatch.setattr(numerics, "device_kind", lambda device, **_: H100)
     monkeypatch.setattr(budget, "_machine_memory", lambda devices: None)
     cfg = compose_cfg(tmp_path / "run", "experiment=table1", "runner.devices=[cpu]")
     cells = plan_cells(cfg)
