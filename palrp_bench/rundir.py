@@ -61,7 +61,7 @@ RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task",
 METRIC_COLUMNS = CELL_COLUMNS + CELL_JOINED_COLUMNS + ["metric", "variant", "value", "ci_low", "ci_high", "n",
                                                        "n_nonfinite", "interval", "note"]
 #: ``metrics.csv`` also holds, where the paper has the number, the tables it appears in, the published value and
-#: ``value - published`` (:func:`palrp_bench.report.published.attach_published`)
+#: ``value - published`` (:func:`palrp_bench.metrics.published.attach_published`)
 PAPER_COLUMNS = ["paper_table", "published", "difference"]
 METRICS_CSV_COLUMNS = METRIC_COLUMNS + PAPER_COLUMNS
 

@@ -34,7 +34,7 @@ ALLOWED = {
     "__init__": {"api"},
     "evaluation": {"api", "lrp", "methods", "models", "data", "metrics", "__init__"},
     "report": {"metrics"},
-    "runner": {"evaluation", "models", "data", "metrics", "lrp", "methods", "schema", "catalog", "report"},
+    "runner": {"evaluation", "models", "data", "metrics", "lrp", "methods", "schema", "catalog"},
     # planning prices what the runner would do (its cells and jobs, stored samples, remembered batch sizes) and
     # measures it (calibration loads and evaluates like a job); the runner never imports planning
     "planning": {"runner", "evaluation", "models", "data", "metrics", "lrp", "methods", "attributors", "schema",

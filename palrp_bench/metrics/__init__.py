@@ -10,6 +10,10 @@
 * :mod:`.registry`     -- every table metric's direction, convention, inputs and function (registered by the
   module that defines the function).
 * :mod:`.table`        -- per-sample rows -> ``metrics.csv`` (the one path to table numbers).
+* :mod:`.published`    -- the papers' numbers (package data ``palrp_bench/paper/*.csv``) attached to ``metrics.csv``
+  rows (``paper_table``, ``published``, ``difference``).
+* :mod:`.metrics_json` -- ``metrics.csv`` and ``metrics.json`` written (the same rows plus the run's summary,
+  lm-evaluation-harness style), by the merge and by the report's refresh.
 * :mod:`.maps`         -- per-image min-max normalisation shared by the vision metrics.
 """
 from .nlp import au_mse, auac

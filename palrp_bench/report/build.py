@@ -5,7 +5,7 @@ Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV f
 computed from them with :func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them).
 Output in ``out_dir`` (default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``,
 ``paired.csv``, ``curves_*.png`` and ``gallery_*.png``. Each input run directory also gets its ``metrics.csv`` and
-``metrics.json`` refreshed with the published numbers of this version (:mod:`palrp_bench.report.published`).
+``metrics.json`` refreshed with the published numbers of this version (:mod:`palrp_bench.metrics.published`).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pandas as pd
 from ..errors import MissingDataError
 from ..metrics.table import metric_samples, table_metrics
 from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, run_dir_lock
-from .metrics_json import write_metrics_files
-from .published import attach_published, load_published
+from ..metrics.metrics_json import write_metrics_files
+from ..metrics.published import attach_published, load_published
 from .stats import N_PERMUTATIONS
 from .tables import (REPRODUCED_ONLY, comparison_frame, latex, markdown, paired_frame, paired_tables, paper_tables,
                      reproduced_only, tie_break_frame, tie_break_table)

@@ -14,7 +14,7 @@
   (runs made with ``tie_break=topk`` and ``tie_break=random``).
 
 Numbers are never computed here: table numbers and intervals come from ``metrics.csv``
-(:mod:`palrp_bench.metrics.table`), published ones from :mod:`palrp_bench.report.published`.
+(:mod:`palrp_bench.metrics.table`), published ones from :mod:`palrp_bench.metrics.published`.
 Markdown is written by :func:`markdown`; LaTeX by pandas ``Styler.to_latex`` (:func:`latex`), which escapes
 ``& % $ # _ { } ~ ^ \\`` in every label and cell.
 """
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.table import MetricSamples
-from .published import PUBLISHED_KEY, attach_published, direction, published_numbers
+from ..metrics.published import PUBLISHED_KEY, attach_published, direction, published_numbers
 from .stats import format_p, holm, paired_comparison
 
 #: ``(a, b)`` method pairs compared per sample: PA-LRP vs AttnLRP (every table), PA-LRP vs its ablation (Table 2),

@@ -27,8 +27,8 @@ from ..metrics.table import table_metrics
 from ..rundir import (MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV,
                       run_dir_lock)
 from ..atomic_io import write_csv_atomic, write_json_atomic
-from ..report.metrics_json import write_metrics_files
-from ..report.published import attach_published, load_published
+from ..metrics.metrics_json import write_metrics_files
+from ..metrics.published import attach_published, load_published
 from .manifest import environment
 from .store import decode_rows, iter_cell_records, record_metrics
 
@@ -102,7 +102,7 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
     ``metrics.csv`` is computed from ``results.csv`` as written (:func:`palrp_bench.metrics.table.table_metrics`,
     intervals at ``confidence`` with ``n_boot`` bootstrap resamples), so a report recomputing it from the CSV gets
     the same numbers; the published numbers and the differences to them are attached
-    (:func:`palrp_bench.report.published.attach_published`) and ``metrics.json`` holds the same rows."""
+    (:func:`palrp_bench.metrics.published.attach_published`) and ``metrics.json`` holds the same rows."""
     run_dir = Path(run_dir)
     if not (run_dir / "cells").is_dir():
         raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",

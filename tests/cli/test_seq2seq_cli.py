@@ -32,7 +32,7 @@ def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
     for table in ("delta_a", "iou"):
         assert table in done.stdout
     # the report's Table 1 shows the Flan-T5 column next to such numbers: the same rows as if from flan_t5_xl
-    from palrp_bench.report.published import load_published
+    from palrp_bench.metrics.published import load_published
     from palrp_bench.report.tables import markdown, paper_tables
 
     as_flan = metrics.assign(model="flan_t5_xl", task="squad_attnlrp", paper_task="squad_attnlrp")

@@ -11,7 +11,7 @@ import pytest
 from palrp_bench.catalog import available
 from palrp_bench.metrics.table import table_metrics
 from palrp_bench.report.cli import main as report_main
-from palrp_bench.report.published import attach_published, load_published
+from palrp_bench.metrics.published import attach_published, load_published
 from palrp_bench.report.tables import OURS, PAPER, paper_tables
 from palrp_bench.rundir import RESULT_COLUMNS
 

@@ -30,7 +30,7 @@ def test_the_wheel_holds_the_paper_tables_and_they_load_from_it(tmp_path):
         names = set(zf.namelist())
         zf.extractall(tmp_path / "site")
     assert {f"palrp_bench/paper/{t}.csv" for t in PAPER_FILES} <= names
-    probe = ("import palrp_bench.report.published as p, sys\n"
+    probe = ("import palrp_bench.metrics.published as p, sys\n"
              "assert p.__file__.startswith(sys.argv[1]), p.__file__\n"
              "df = p.load_published()\n"
              "print(sorted(set(df.table)), len(df))\n")
@@ -55,7 +55,7 @@ def test_the_flan_t5_squad_rows_attach_to_a_run():
     the appendix Table 8 areas, matched to a run's metrics.csv rows by model, task, method, metric and variant."""
     import pandas as pd
 
-    from palrp_bench.report.published import attach_published, load_published
+    from palrp_bench.metrics.published import attach_published, load_published
 
     published = load_published()
     flan = published[published.model == "flan_t5_xl"]

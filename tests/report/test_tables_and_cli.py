@@ -12,8 +12,8 @@ import pytest
 from palrp_bench.metrics.table import metric_samples, table_metrics
 from palrp_bench.report.build import build_report
 from palrp_bench.report.cli import main as report_main
-from palrp_bench.report.metrics_json import metrics_document
-from palrp_bench.report.published import attach_published, load_published
+from palrp_bench.metrics.metrics_json import metrics_document
+from palrp_bench.metrics.published import attach_published, load_published
 from palrp_bench.report.summary import summary_text
 from palrp_bench.report.tables import (PAPER, OURS, REPRODUCED_ONLY, Table, comparison_frame, latex, markdown,
                                        paired_frame, paired_tables, paper_tables)

@@ -102,7 +102,7 @@ def direction(metric: str, variant: str, published_hib=None) -> bool | None:
     """higher-is-better of a metric/variant: the published CSV's, else the metric registry's, else None."""
     if isinstance(published_hib, (bool, np.bool_)):
         return bool(published_hib)
-    from ..metrics.registry import metric_specs
+    from .registry import metric_specs
 
     spec = metric_specs().get(metric)
     if spec is None:
