@@ -52,7 +52,7 @@ def _stabilizers(twin, model, m, composite, choice: str | Stabilizers | None, pr
 def stabilizers_used(model, method="pa_lrp", *, rules=None, protocol="official",
                      stabilizers: str | Stabilizers | None = None) -> str:
     """The name of the stabilisers ``explain(model, ..., method=method, rules=rules, protocol=protocol,
-    stabilizers=stabilizers)`` uses (``extras["stabilizers"]`` of its result), without explaining anything; the
+    stabilizers=stabilizers)`` uses (the ``stabilizers`` of its result), without explaining anything; the
     same refusals as :func:`explain`."""
     protocol = check_protocol(protocol)
     m = get_method(method)
@@ -142,7 +142,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             ``protocol="corrected"``. The forward is the same for either. Plain Gradient x Input and the baselines
             never take them; families without an official set (GPT-2, OPT, BERT, RoBERTa, BLOOM, RoPE ViTs)
             refuse ``official``. The two on the attention scores apply with ``attention="eager"`` only. The name
-            used is ``extras["stabilizers"]`` (:func:`stabilizers_used` says it beforehand); see
+            used is the result's ``stabilizers`` (:func:`stabilizers_used` says it beforehand); see
             :mod:`palrp_bench.lrp.stabilizers`.
         correct_sign: the IMDB sign fix for sequence classifiers; ``None`` = on under ``protocol="corrected"``.
         params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
@@ -172,7 +172,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         _stabilizers(twin, model, m, None, stabilizers, protocol)  # its refusals only: baselines take none
         e = run_attributor(twin, prepare(inputs, attention_mask), m, resolved, target, options, aggregation,
                            batch_size, foil=foil)
-        e.extras["stabilizers"] = NONE.name
+        e.stabilizers = NONE.name
         return e
     m.check_positional(twin.positional.name, type(model).__name__)
     composite = get_composite(rules or m.composite or twin.default_composite)
@@ -205,10 +205,10 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         scores = signed.clamp(min=0)
         extras = {**parts["extras"], "scores_signed": signed}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
-    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name)
     if attribution.foil is not None:
         extras["foil"] = attribution.foil
     e = Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],
                     logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
-                    aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras)
+                    aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras,
+                    stabilizers=stab.name, forward_passes=one_pass, backward_passes=one_pass.clone())
     return twin.split(e) if getattr(twin, "encoder_decoder", False) else e

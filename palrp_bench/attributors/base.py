@@ -24,8 +24,8 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 ``[B, T]`` (signed, zero at padding), or per-pixel maps ``[B, H, W]`` where ``scores`` is ReLU'd like every vision
 map of the PA-LRP protocol and ``extras["scores_signed"]`` keeps the signed map; per-patch results are spread over
 their pixels with :func:`palrp_bench.methods.pixel_aggregation.paint_patches` (patch-constant maps, the
-checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``extras["forward_passes"]`` and
-``extras["backward_passes"]`` record each sample's cost; ``logit`` is the explained value and ``extras["foil"]`` the
+checkerboard the AttnLRP paper's Figure 6 shows for rollout and AtMan). ``forward_passes`` and ``backward_passes``
+record each sample's cost; ``logit`` is the explained value and ``extras["foil"]`` the
 foil of a contrastive explanation.
 """
 from __future__ import annotations
@@ -235,8 +235,9 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
     acc = torch.promote_types(input_of(twin, prepared).dtype, torch.float32)  # float32 at least, float64 stays
     relevance = result.relevance.detach().to(acc)
     logit = explained_of(call, call.logits).detach().to(acc)
-    extras: dict = {**result.extras, "forward_passes": result.forward_passes.detach().cpu(),
-                    "backward_passes": result.backward_passes.detach().cpu()}
+    extras: dict = dict(result.extras)
+    passes = {"forward_passes": result.forward_passes.detach().cpu(),
+              "backward_passes": result.backward_passes.detach().cpu()}
     if call.foil is not None:
         extras["foil"] = call.foil
     if twin.modality == "tokens":
@@ -246,7 +247,7 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
         extras["explained_index"] = call.explained_index
         return Explanation(scores=scores, semantic=scores, positional=positional, logit=logit, target=call.target,
                            method=call.method.name, rules=call.method.attributor, aggregation=aggregation,
-                           attention_mask=prepared.attention_mask, extras=extras)
+                           attention_mask=prepared.attention_mask, extras=extras, **passes)
     image_size = tuple(prepared.pixels.shape[-2:])
     signed = paint_patches(relevance, twin.patch_size, image_size) if result.per_patch else relevance
     hp, wp = patch_grid(twin, prepared)
@@ -257,7 +258,7 @@ def explanation_of(call: AttributorCall, result: AttributorResult, aggregation: 
                   cls_positional=zeros, patch_size=twin.patch_size)
     return Explanation(scores=signed.clamp(min=0), semantic=signed, positional=signed.new_zeros(signed.shape[0], hp, wp),
                        logit=logit, target=call.target, method=call.method.name, rules=call.method.attributor,
-                       aggregation=aggregation, extras=extras)
+                       aggregation=aggregation, extras=extras, **passes)
 
 
 def make_call(twin, prepared, method: Method, params: dict, target, options: dict,

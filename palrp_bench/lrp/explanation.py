@@ -42,8 +42,9 @@ the explained position (T5: the decoder position). With a learned position table
 
     Common: ``logit`` ``[B]`` the explained value (the target logit; with a foil the difference
     ``logit[target] - logit[foil]``), ``target`` ``[B]`` the explained index, ``extras["foil"]`` ``[B]`` the foil
-    index (contrastive explanations only), ``extras["forward_passes"]`` / ``["backward_passes"]`` ``[B]`` the model
-    passes each sample cost. Baselines that
+    index (contrastive explanations only), ``stabilizers`` the name of the epsilon-rule stabilisers the pass used
+    (``none`` for baselines), ``forward_passes`` / ``backward_passes`` ``[B]`` the model passes each sample cost.
+    Baselines that
     are not one LRP pass (:mod:`palrp_bench.attributors`) fill ``semantic`` with their scores and ``positional``
     with zeros (they put no relevance on the positional encoding).
     """
@@ -58,21 +59,23 @@ the explained position (T5: the decoder position). With a learned position table
     aggregation: str
     attention_mask: torch.Tensor | None = None
     extras: dict = field(default_factory=dict)
+    stabilizers: str = "none"
+    forward_passes: torch.Tensor | None = None
+    backward_passes: torch.Tensor | None = None
+
+    def _map(self, fn) -> "Explanation":
+        """The explanation with ``fn`` applied to every tensor (names and other values kept)."""
+        return Explanation(fn(self.scores), fn(self.semantic), fn(self.positional), fn(self.logit), fn(self.target),
+                           self.method, self.rules, self.aggregation, fn(self.attention_mask),
+                           {k: fn(v) for k, v in self.extras.items()}, self.stabilizers, fn(self.forward_passes),
+                           fn(self.backward_passes))
 
     def to(self, device) -> "Explanation":
         """Move every tensor to ``device`` (e.g. "cpu" before storing results)."""
-        def mv(x):
-            return x.to(device) if isinstance(x, torch.Tensor) else x
-        return Explanation(mv(self.scores), mv(self.semantic), mv(self.positional), mv(self.logit),
-                           mv(self.target), self.method, self.rules, self.aggregation, mv(self.attention_mask),
-                           {k: mv(v) for k, v in self.extras.items()})
+        return self._map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x)
 
     def __getitem__(self, index) -> "Explanation":
         """Select samples of the batch (``rel[0]``, ``rel[mask]``); keeps the batch dimension for ints."""
         if isinstance(index, int):
             index = slice(index, index + 1)
-        def sel(x):
-            return x[index] if isinstance(x, torch.Tensor) and x.dim() > 0 else x
-        return Explanation(sel(self.scores), sel(self.semantic), sel(self.positional), sel(self.logit),
-                           sel(self.target), self.method, self.rules, self.aggregation, sel(self.attention_mask),
-                           {k: sel(v) for k, v in self.extras.items()})
+        return self._map(lambda x: x[index] if isinstance(x, torch.Tensor) and x.dim() > 0 else x)

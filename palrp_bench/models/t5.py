@@ -42,7 +42,7 @@ attention bias.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -382,6 +382,5 @@ class T5Twin(TextTwin):
         extras["decoder_positional_shared_relu"], extras["positional_shared_relu"] = dec(x), enc(x)
         extras.update(decoder_scores=dec(e.scores), decoder_semantic=dec(e.semantic),
                       decoder_positional=dec(e.positional[:, le:]))
-        return Explanation(scores=enc(e.scores), semantic=enc(e.semantic), positional=enc(e.positional[:, :le]),
-                           logit=e.logit, target=e.target, method=e.method, rules=e.rules,
-                           aggregation=e.aggregation, attention_mask=e.attention_mask, extras=extras)
+        return replace(e, scores=enc(e.scores), semantic=enc(e.semantic), positional=enc(e.positional[:, :le]),
+                       extras=extras)

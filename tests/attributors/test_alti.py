@@ -86,8 +86,8 @@ def test_tokens_mlp_and_biases_add_up_to_the_logit_and_padding_changes_nothing(f
         for name in TERMS:
             assert torch.allclose(e.extras[f"alti_logit_{name}"][b], alone.extras[f"alti_logit_{name}"][0],
                                   rtol=1e-9, atol=1e-11)
-    assert e.extras["alti_logit_mlp"].shape == (3, 2) and e.extras["forward_passes"].tolist() == [1, 1, 1]
-    assert e.extras["backward_passes"].tolist() == [0, 0, 0]
+    assert e.extras["alti_logit_mlp"].shape == (3, 2) and e.forward_passes.tolist() == [1, 1, 1]
+    assert e.backward_passes.tolist() == [0, 0, 0]
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

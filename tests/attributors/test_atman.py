@@ -43,7 +43,7 @@ def test_batched_suppression_equals_a_loop_of_single_forwards(kind, score):
             expected = reference - read(single_forward_logits(twin, prepared, b, scale))
             assert torch.allclose(rel.scores[b, i].double(), expected, atol=1e-10), (b, i)
         assert not rel.scores[b, n:].any()
-        assert int(rel.extras["forward_passes"][b]) == n + 1
+        assert int(rel.forward_passes[b]) == n + 1
     unbatched = explain(model, ids, mask, method="atman", params={"suppression": p, "score": score})
     assert torch.allclose(unbatched.scores, rel.scores, atol=1e-10)
 
@@ -104,7 +104,7 @@ def test_atman_on_a_vit_suppresses_patch_tokens_and_records_its_cost():
     x = images(2)
     rel = explain(model, x, method="atman", params={"threshold": 0.1}, batch_size=5)
     assert rel.scores.shape == (2, 32, 32)
-    assert rel.extras["forward_passes"].tolist() == [17, 17]  # 16 patches + the reference
+    assert rel.forward_passes.tolist() == [17, 17]  # 16 patches + the reference
     blocks = rel.extras["scores_signed"].reshape(2, 4, 8, 4, 8)
     assert torch.equal(blocks, blocks[:, :, :1, :, :1].expand_as(blocks))  # constant per patch
     one_by_one = explain(model, x, method="atman", params={"threshold": 0.1}, batch_size=1)

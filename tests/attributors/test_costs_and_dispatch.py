@@ -30,7 +30,7 @@ def test_token_methods_report_the_passes_of_the_registry_and_are_batch_invariant
     assert rel.scores.shape == (3, 7) and rel.method == method
     m = get_method(method)
     for b, n in enumerate(mask.sum(1).tolist()):
-        assert (int(rel.extras["forward_passes"][b]), int(rel.extras["backward_passes"][b])) == method_passes(m, params, n)
+        assert (int(rel.forward_passes[b]), int(rel.backward_passes[b])) == method_passes(m, params, n)
     alone = explain(model, ids[2:], mask[2:], method=method, params=params)
     assert torch.allclose(alone.scores, rel.scores[2:], atol=1e-9)
 
@@ -43,5 +43,5 @@ def test_pixel_methods_report_the_passes_of_the_registry(method):
     rel = explain(model, x, method=method, params=params)
     assert rel.scores.shape == (2, 32, 32) and bool((rel.scores >= 0).all())
     assert torch.equal(rel.scores, rel.extras["scores_signed"].clamp(min=0))
-    assert method_passes(get_method(method), params, 16) == (int(rel.extras["forward_passes"][0]),
-                                                           int(rel.extras["backward_passes"][0]))
+    assert method_passes(get_method(method), params, 16) == (int(rel.forward_passes[0]),
+                                                           int(rel.backward_passes[0]))

@@ -61,7 +61,7 @@ def test_gradient_norms_equal_autograd_on_the_library_model(name, contrast):
             assert not rel.scores[b, n:].any()
     assert bool((l1.scores >= 0).all()) and bool((l2.scores >= 0).all())
     assert l2.rules == "gradient_l2" and l2.positional.numel() == 0
-    assert (int(l2.extras["forward_passes"][0]), int(l2.extras["backward_passes"][0])) == (1, 1)
+    assert (int(l2.forward_passes[0]), int(l2.backward_passes[0])) == (1, 1)
     if contrast:
         assert torch.equal(l2.extras["foil"], foil)
 

@@ -84,7 +84,7 @@ def test_every_table1_method_scores_the_encoder_tokens(variant):
         assert close(e.logit, logits.max(-1).values), method
         assert e.extras["explained_index"].tolist() == [2, 4], method
     atman = run(model, "atman", ids, mask, dec, dmask)
-    assert atman.extras["forward_passes"].tolist() == [10, 7]  # one per real encoder token, plus the reference
+    assert atman.forward_passes.tolist() == [10, 7]  # one per real encoder token, plus the reference
 
 
 def test_every_other_method_runs_or_refuses_in_one_line():
@@ -247,7 +247,7 @@ def test_rollouts_equal_the_encoder_decoder_rules_on_the_library_attention(enc_s
         expected = torch.stack([explicit_encoder_decoder_rollout(maps, g, mask, dmask, b) for b in range(2)])
         assert expected.abs().max() > 0, method
         assert close(e.scores, expected), method
-        assert e.extras["backward_passes"].tolist() == [int(g is not None)] * 2, method
+        assert e.backward_passes.tolist() == [int(g is not None)] * 2, method
 
 
 def test_rollout_of_one_encoder_and_one_decoder_layer_in_closed_form():

@@ -96,10 +96,10 @@ def test_the_default_explanation_is_the_named_set(family):
     ids = random_ids(2, 9)
     default = explain(model, ids, method="attnlrp")
     expected = "official" if family == "llama" else "none"
-    assert default.extras["stabilizers"] == expected
+    assert default.stabilizers == expected
     assert torch.equal(default.semantic, explain(model, ids, method="attnlrp", stabilizers=expected).semantic)
     other = explain(model, ids, method="attnlrp", stabilizers="none" if family == "llama" else "official")
-    assert other.extras["stabilizers"] != expected and not torch.equal(default.semantic, other.semantic)
+    assert other.stabilizers != expected and not torch.equal(default.semantic, other.semantic)
 
 
 def test_vision_defaults():
@@ -112,7 +112,7 @@ def test_vision_defaults():
     assert stabilizers_used(tv, "pa_lrp") == stabilizers_used(tv, "pa_lrp", protocol="corrected") == "none"
     assert stabilizers_used(tv, "pa_lrp", stabilizers="official") == "official"
     x = torch.randn(1, 3, 32, 32)
-    assert explain(tv, x, method="pa_lrp").extras["stabilizers"] == "none"
+    assert explain(tv, x, method="pa_lrp").stabilizers == "none"
 
 
 def test_stabilize_backward_is_the_factor_and_zero_where_the_denominator_vanishes():

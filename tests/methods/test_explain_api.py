@@ -77,8 +77,8 @@ def test_stabilizers_switch_defaults_from_protocol_and_keeps_the_forward(model):
     official = explain(model, ids, method="pa_lrp", stabilizers="official")
     none = explain(model, ids, method="pa_lrp", stabilizers="none")
     corrected = explain(model, ids, method="pa_lrp", protocol="corrected")
-    assert default.extras["stabilizers"] == "official" and none.extras["stabilizers"] == "none"
-    assert corrected.extras["stabilizers"] == "none"
+    assert default.stabilizers == "official" and none.stabilizers == "none"
+    assert corrected.stabilizers == "none"
     assert torch.equal(default.semantic, official.semantic) and torch.equal(default.positional, official.positional)
     assert torch.equal(corrected.semantic, none.semantic)
     assert torch.equal(official.logit, none.logit) and torch.equal(official.target, none.target)
@@ -91,9 +91,9 @@ def test_stabilizers_switch_defaults_from_protocol_and_keeps_the_forward(model):
     assert not torch.equal(eager.semantic, official.semantic)
     assert torch.allclose(eager.semantic, official.semantic, rtol=0, atol=1e-5 * official.semantic.abs().max())
     gxi = explain(model, ids, method="grad_x_input", stabilizers="official")
-    assert gxi.extras["stabilizers"] == "none"
+    assert gxi.stabilizers == "none"
     assert torch.equal(gxi.semantic, explain(model, ids, method="grad_x_input", stabilizers="none").semantic)
-    assert explain(model, ids, method="integrated_gradients", params={"n_steps": 2}).extras["stabilizers"] == "none"
+    assert explain(model, ids, method="integrated_gradients", params={"n_steps": 2}).stabilizers == "none"
 
 
 def test_families_without_an_official_set_take_none_and_refuse_official():
@@ -102,7 +102,7 @@ def test_families_without_an_official_set_take_none_and_refuse_official():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).eval()
     ids = torch.tensor([[1, 2, 3, 4]])
     default = explain(gpt2, ids, method="pa_lrp")
-    assert default.extras["stabilizers"] == "none"
+    assert default.stabilizers == "none"
     assert torch.equal(default.scores, explain(gpt2, ids, method="pa_lrp", stabilizers="none").scores)
     with pytest.raises(BadInputError, match="stabilizers='official' has no counterpart for GPT2LMHeadModel") as info:
         explain(gpt2, ids, method="pa_lrp", stabilizers="official")

@@ -85,7 +85,7 @@ def test_default_stabilizers_agree_with_lxt(ref, name):
     official = []
     for seq, theirs in zip(sequences(name), per_sequence(ref, name, key)):
         rel = explain(model, torch.tensor([seq]), method="attnlrp")
-        assert rel.extras["stabilizers"] == "none"
+        assert rel.stabilizers == "none"
         assert rel_diff(rel.semantic[0].double().numpy(), theirs) < TOL["attnlrp"]
         stabilised = explain(model, torch.tensor([seq]), method="attnlrp", stabilizers="official")
         official.append(rel_diff(stabilised.semantic[0].double().numpy(), theirs))

@@ -170,12 +170,12 @@ def test_public_explain_dispatches_to_the_twin_with_its_default_rules():
     x = images(2)
     assert isinstance(twin_for(model), VitTwin)
     e = explain(model, x, method="pe_only")
-    assert e.rules == "official_vit" and e.extras["stabilizers"] == "official"
+    assert e.rules == "official_vit" and e.stabilizers == "official"
     direct = explain(model, x, method="pe_only", rules="official_vit", stabilizers="official")
     assert torch.equal(e.scores, direct.scores)
     # protocol=corrected: the exact rules (stabilizers="none"); the forward is the same, the relevance moves
     exact = explain(model, x, method="pe_only", protocol="corrected")
-    assert exact.extras["stabilizers"] == "none"
+    assert exact.stabilizers == "none"
     assert torch.equal(exact.scores, explain(model, x, method="pe_only", stabilizers="none").scores)
     assert torch.equal(exact.logit, e.logit), "stabilisers never change the forward"
     assert not torch.equal(exact.positional, e.positional)

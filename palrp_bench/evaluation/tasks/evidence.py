@@ -266,10 +266,10 @@ class EvidenceAdapter(TaskAdapter):
         for j, sample in enumerate(samples):
             n = len(sample)
             scores[j, :n] = rel.scores[j, :n].detach().float()
-            info = {"rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": rel.extras["stabilizers"],
+            info = {"rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": rel.stabilizers,
                     "logit": float(rel.logit[j]), "explained": int(rel.target[j]), "n_tokens": n,
                     "contrastive": bool(ctx.task.contrastive),
-                    "forward_passes": int(rel.extras["forward_passes"][j])}
+                    "forward_passes": int(rel.forward_passes[j])}
             if foil is not None:
                 info["foil"] = int(foil[j])
             if "embeddings" in rel.extras:
@@ -280,7 +280,7 @@ class EvidenceAdapter(TaskAdapter):
                            "evidence": np.asarray(sample.evidence), "special": np.asarray(sample.special),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
+                           "stabilizers": np.asarray(rel.stabilizers)})
         return scores, infos, arrays
 
     def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[EvidenceBatch]:

@@ -131,9 +131,9 @@ class Seq2SeqQAAdapter(TaskAdapter):
         for j, sample in enumerate(samples):
             n = int(mask[j].sum())
             infos.append({"rules": rel.rules, "aggregation": rel.aggregation,
-                          "stabilizers": rel.extras.get("stabilizers"), "logit": float(rel.logit[j]),
+                          "stabilizers": rel.stabilizers, "logit": float(rel.logit[j]),
                           "explained": int(rel.target[j]), "n_tokens": n, "n_context_tokens": int(context[j].sum()),
-                          "answer": generated[j], "forward_passes": int(rel.extras["forward_passes"][j])})
+                          "answer": generated[j], "forward_passes": int(rel.forward_passes[j])})
             tokens = bundle.tokenizer.convert_ids_to_tokens(ids[j, :n].tolist())
             arrays.append({"scores": scores[j, :n].numpy(), "semantic": rel.semantic[j, :n].float().numpy(),
                            "tokens": np.asarray([str(t) for t in tokens]), "context": context[j, :n].numpy(),

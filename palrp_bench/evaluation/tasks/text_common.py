@@ -106,9 +106,9 @@ class TextAdapter(TaskAdapter):
             n_real = real_token_count(sample)
             scores[j, :n_real] = rel.scores[j, :n_real].detach().float()
             infos.append({"rules": rel.rules, "aggregation": rel.aggregation,
-                          "stabilizers": rel.extras["stabilizers"], "logit": float(rel.logit[j]),
+                          "stabilizers": rel.stabilizers, "logit": float(rel.logit[j]),
                           "explained": int(rel.target[j]), "n_tokens": n_real,
-                          "forward_passes": int(rel.extras["forward_passes"][j])})
+                          "forward_passes": int(rel.forward_passes[j])})
             tokens = (bundle.tokenizer.convert_ids_to_tokens(sample.input_ids[:n_real])
                       if bundle.tokenizer is not None else [str(t) for t in sample.input_ids[:n_real]])
             arrays.append({"scores": scores[j, :len(sample.input_ids)].numpy(),
@@ -117,7 +117,7 @@ class TextAdapter(TaskAdapter):
                            "tokens": np.asarray([str(t) for t in tokens]),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
+                           "stabilizers": np.asarray(rel.stabilizers)})
         return scores, infos, arrays
 
     def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[TokenBatch]:

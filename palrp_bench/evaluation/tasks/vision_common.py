@@ -101,10 +101,10 @@ class VisionAdapter(TaskAdapter):
                      "semantic_total": ex["semantic_total"], "positional_total": ex["positional_total"],
                      "semantic_total_incl_prefix": ex["semantic_total_incl_prefix"],
                      "positional_total_incl_prefix": ex["positional_total_incl_prefix"],
-                     "rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": ex["stabilizers"]}
+                     "rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": rel.stabilizers}
             if with_signed:  # only when a metric needs it: it would double the cached maps otherwise
                 batch["scores_signed"] = ex["scores_signed"].float()
-            batch["forward_passes"] = ex["forward_passes"]
+            batch["forward_passes"] = rel.forward_passes
             arrays = []
             for i in range(len(samples)):
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
