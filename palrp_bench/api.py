@@ -43,8 +43,8 @@ def _stabilizers(twin, model, m, composite, choice: str | Stabilizers | None, pr
     def families() -> str:  # named only in the refusal
         return "; ".join(cls.family() for cls in TWINS if getattr(cls, "official_stabilizers", None) is not None)
 
-    stab = resolve_stabilizers(choice, protocol=protocol, official=getattr(twin, "official_stabilizers", None),
-                               official_code_ran=bool(getattr(twin, "official_code_ran", False)),
+    stab = resolve_stabilizers(choice, protocol=protocol, official=twin.official_stabilizers,
+                               official_code_ran=bool(twin.official_code_ran),
                                model=type(model).__name__, families=families)
     return stab if m.is_lrp and composite.stabilizable else NONE
 
@@ -76,7 +76,7 @@ def _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask):
     are refused, as is a method that refuses encoder-decoders (``Method.refused_model_kinds["seq2seq"]``: ALTI
     and ALTI-Logit decompose one residual stream; docs/baselines.md, "T5"), one line each."""
     name = type(model).__name__
-    if not getattr(twin, "encoder_decoder", False):
+    if not twin.encoder_decoder:
         if decoder_input_ids is not None or decoder_attention_mask is not None:
             raise BadInputError(f"{name} is not an encoder-decoder: it takes no decoder_input_ids / "
                                 "decoder_attention_mask", "drop them")
@@ -177,10 +177,10 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     m.check_positional(twin.positional.name, type(model).__name__)
     composite = get_composite(rules or m.composite or twin.default_composite)
     stab = _stabilizers(twin, model, m, composite, stabilizers, protocol)
-    if getattr(twin, "official_stabilizers", None) is not None:  # a twin that places stabilisers
+    if twin.official_stabilizers is not None:  # a twin that places stabilisers
         options["stabilizers"] = stab
     if correct_sign is None:
-        correct_sign = protocol == "corrected" and getattr(twin, "is_classifier", False)
+        correct_sign = protocol == "corrected" and twin.is_classifier
     prepared = prepare(inputs, attention_mask)
     sinks = m.positional_sinks or twin.positional.read_always
     attribution = attribute(lambda: twin.run(prepared, composite, positional_sinks=sinks, **options), target,
@@ -211,4 +211,4 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
                     logit=attribution.logit, target=attribution.target, method=m.name, rules=composite.name,
                     aggregation=aggregation, attention_mask=parts.get("attention_mask"), extras=extras,
                     stabilizers=stab.name, forward_passes=one_pass, backward_passes=one_pass.clone())
-    return twin.split(e) if getattr(twin, "encoder_decoder", False) else e
+    return twin.split(e)

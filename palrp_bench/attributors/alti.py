@@ -238,7 +238,7 @@ def alti_rollout_row(matrices: list[torch.Tensor], rows: torch.Tensor) -> torch.
 def alti_logit_terms(call: AttributorCall) -> dict:
     """The ALTI-Logit decomposition of the explained logit (module docstring): ``scores`` ``[B, T]``, ``mlp`` and
     ``attention_bias`` ``[B, L]``, ``embedding``, ``output_bias`` and ``explained`` ``[B]``."""
-    if getattr(call.twin, "final_softcap", None) is not None:
+    if call.twin.final_softcap is not None:
         raise _refusal(call, "soft-caps its logits, which no linearisation of the final norm and head covers")
     out, recorder = traced_forward(call, with_grad=True)
     blocks = stream_blocks(call, recorder)

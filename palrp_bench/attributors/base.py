@@ -153,13 +153,13 @@ def feature_attention_sites(twin) -> tuple[str, ...] | None:
     """The ``site`` labels (:attr:`palrp_bench.lrp.rules.AttentionRecorder.sites`) of the attention calls whose
     queries and keys are both the feature tokens: T5's ``encoder`` self-attention; None = every call (decoders,
     encoders, ViTs: one stack)."""
-    return getattr(twin, "feature_attention_sites", None)
+    return twin.feature_attention_sites
 
 
 def feature_key_sites(twin) -> tuple[str, ...] | None:
     """The ``site`` labels of the attention calls whose keys are the feature tokens: T5's ``encoder`` self- and
     ``cross``-attention (not the decoder's self-attention, whose keys are decoder tokens); None = every call."""
-    return getattr(twin, "feature_key_sites", None)
+    return twin.feature_key_sites
 
 
 def encoder_rows(call: "AttributorCall") -> torch.Tensor | None:
@@ -167,7 +167,7 @@ def encoder_rows(call: "AttributorCall") -> torch.Tensor | None:
     row among the feature tokens (an encoder-decoder: the logit is the decoder's, the features the encoder tokens):
     the mean of the real encoder rows (every encoder output is read by the decoder's cross-attention;
     docs/baselines.md, "T5"). None where :func:`attention_row` gives the row."""
-    if not getattr(call.twin, "encoder_decoder", False):
+    if not call.twin.encoder_decoder:
         return None
     valid = valid_tokens(call.twin, call.prepared).double()
     return valid / valid.sum(-1, keepdim=True)
@@ -207,7 +207,7 @@ def valid_tokens(twin, prepared) -> torch.Tensor:
 
 def decoder_tokens(twin, prepared) -> torch.Tensor:
     """``[B, Td]`` bool: the real decoder tokens of an encoder-decoder batch (T5's ``decoder_attention_mask``)."""
-    if not getattr(twin, "encoder_decoder", False):
+    if not twin.encoder_decoder:
         raise ValueError("decoder_tokens is defined for encoder-decoders")
     return prepared.decoder_mask.bool()
 

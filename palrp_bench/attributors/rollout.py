@@ -130,7 +130,7 @@ def _relevance(call: AttributorCall, gradient: bool) -> torch.Tensor:
     """``[B, T]`` relevance of the explained output: its row of the rollout (module docstring)."""
     threshold = float(call.params["discard_threshold"])
     rows = attention_row(call)
-    if getattr(call.twin, "encoder_decoder", False):
+    if call.twin.encoder_decoder:
         layers = layer_attention(call, with_grad=gradient, every_site=True)
         r = encoder_decoder_rollout(call.twin, layers, [layer_map(la, gradient) for la in layers], threshold,
                                     valid_tokens(call.twin, call.prepared), decoder_tokens(call.twin, call.prepared))

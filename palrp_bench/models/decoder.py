@@ -42,7 +42,7 @@ from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
 from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
-from .registry import discover, register_twin
+from .registry import Twin, discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
            "TwinOutput", "HEADS", "layer_windows", "check_layer_types", "check_causal"]
@@ -274,7 +274,7 @@ class DecoderInputs:
 
 
 @register_twin
-class DecoderTwin:
+class DecoderTwin(Twin):
     """LRP-aware forward of a Hugging Face decoder covered by a :class:`DecoderSpec` (module docstring)."""
 
     modality = "tokens"

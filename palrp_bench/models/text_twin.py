@@ -29,6 +29,7 @@ from ..lrp import rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
+from .registry import Twin
 from .token_inputs import attention_mask_of, last_real_index, per_token, token_batch
 
 __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin"]
@@ -84,7 +85,7 @@ class TextForward:
         return {"embeds": self.embeds, **self.other_sinks}
 
 
-class TextTwin:
+class TextTwin(Twin):
     """Base of the text twins (module docstring). A family sets ``model_types``, ``family_name``,
     ``classifier_pooling`` (``"last"`` or ``"first"``) and ``positional``, and implements ``_wire(model)`` (read the
     modules, refuse what it cannot reproduce), ``embedding_table``, ``max_positions``, ``forward`` and

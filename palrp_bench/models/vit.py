@@ -52,7 +52,7 @@ from ..lrp.composites import Composite, get_composite
 from ..lrp.gamma import gamma_module
 from ..lrp.positional import LearnedAbsolute
 from ..lrp.stabilizers import NONE, OFFICIAL_VISION, Stabilizers
-from .registry import register_twin
+from .registry import Twin, register_twin
 from .torchvision_vit import from_torchvision
 
 __all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
@@ -100,7 +100,7 @@ def _timm_classes():
 
 
 @register_twin
-class VitTwin:
+class VitTwin(Twin):
     """LRP-aware forward of a timm ViT / DeiT (see module docstring)."""
 
     modality = "pixels"
