@@ -4,7 +4,7 @@
 For each family and sequence length: milliseconds per attribution (median of --repeats after --warmup) and peak
 memory (CUDA: torch.cuda.max_memory_allocated; CPU: peak RSS growth of a fresh process, a coarse upper bound;
 ``--no-memory`` skips it), and the ratio to plain Gradient x Input. Parameters are frozen for every method, so the
-floor is one forward plus one input-gradient backward. Target (issue "LRP engine"): pa_lrp <= 1.15x grad_x_input;
+floor is one forward plus one input-gradient backward. Target (docs/engine.md): pa_lrp <= 1.15x grad_x_input;
 memory linear in length (fused SDPA: no attention matrix is materialised).
 
 Families (``--family``, several at once or ``all``): random causal LMs of each RoPE decoder family with the

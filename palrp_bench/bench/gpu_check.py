@@ -21,7 +21,7 @@ Steps, in this order (``--skip`` leaves any of them out):
 * ``hours``: ``scripts/bench_gpu.py`` on the chosen targets that price a paper table, ``--hours-samples`` samples
   each with the first batch (warm-up) left out: each table's projected hours beside its arithmetic floor and the
   goals for one H100; one row per target and per table.
-* ``bench``: ``scripts/bench_attribution.py`` (on CUDA the issue's shapes: the LLaMA-2-7B preset in bf16 at 512,
+* ``bench``: ``scripts/bench_attribution.py`` (on CUDA the LLaMA-2-7B preset in bf16 at 512,
   2048 and 4096 tokens), read from its ``--json`` file; one row per length and method.
 
 A step that fails (a non-zero exit of what it runs, or an exception) is one FAILED row naming its log file, and
@@ -57,7 +57,7 @@ REPO = Path(__file__).resolve().parents[2]
 GIB = 1024 ** 3
 STEPS = ("suite", "calibrate", "rehearse", "hours", "bench")
 OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
-#: what the bench runs when --bench-args is not given: the issue's GPU shapes, and a quick CPU dry run
+#: what the bench runs when --bench-args is not given: the LLaMA-2-7B shapes on a GPU, and a quick CPU dry run
 BENCH_ARGS = {"cuda": "--preset llama2_7b --dtype bfloat16 --lengths 512 2048 4096",
               "cpu": "--preset small --lengths 128 --repeats 1 --warmup 0 --no-memory"}
 COLUMNS = ("step", "target", "status", "wall", "s / sample", "plan s / sample", "measured / plan", "peak memory",

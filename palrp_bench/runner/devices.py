@@ -1,4 +1,4 @@
-"""Which devices the workers run on (issue "Runner": one worker process per visible device, CPU fallback).
+"""Which devices the workers run on (one worker process per visible device, CPU fallback).
 
 ``runner.devices`` entries: ``auto`` (every visible CUDA device, else the CPU), ``cpu``, ``cuda`` (every
 visible CUDA device), ``cuda:<k>`` or a bare index ``<k>``. Several entries mean several worker processes,
