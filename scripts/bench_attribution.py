@@ -1,4 +1,5 @@
-"""Benchmark of the attribution methods (time and memory) (palrp_bench/bench/attribution.py; ``--help`` lists the options)."""
+"""Benchmark of the attribution methods (time and memory)
+(palrp_bench/bench/attribution.py; ``--help`` lists the options)."""
 import sys
 
 from palrp_bench.bench.attribution import main

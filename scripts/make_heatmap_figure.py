@@ -1,4 +1,5 @@
-"""The paper's heatmap figure: image | AttnLRP | PE only | PA-LRP (palrp_bench/heatmap_figure.py; ``--help`` lists the options)."""
+"""The paper's heatmap figure: image | AttnLRP | PE only | PA-LRP
+(palrp_bench/heatmap_figure.py; ``--help`` lists the options)."""
 import sys
 
 from palrp_bench.heatmap_figure import main

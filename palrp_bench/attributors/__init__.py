@@ -3,7 +3,8 @@ norms and ALTI-Logit / ALTI of the evidence benchmark (docs/baselines.md).
 
 One module per method, each registering its function with :func:`register_attributor` together with what planning
 reads of it (:class:`AttributorSpec`: the model passes one explanation costs, and its memory when that is not a
-backward's); the registry imports every module of this package when first used. :func:`palrp_bench.explain` dispatches a method whose
+backward's); the registry imports every module of this package when first used. :func:`palrp_bench.explain`
+dispatches a method whose
 ``Method.attributor`` is not ``"lrp"`` to :func:`run_attributor`, which resolves the explained output, calls the
 attributor with an :class:`~palrp_bench.attributors.base.AttributorCall` and turns its per-feature relevance into
 the same :class:`~palrp_bench.lrp.explanation.Explanation` every LRP method returns (``scores`` ``[B, T]`` per token,

@@ -430,7 +430,8 @@ def hours_step(check: Check) -> Iterable[Row]:
 
 
 def bench_step(check: Check) -> Iterable[Row]:
-    """``python -m palrp_bench.bench.attribution`` with ``--bench-args`` on the device; one row per length and method."""
+    """``python -m palrp_bench.bench.attribution`` with ``--bench-args`` on the device; one row per length and
+    method."""
     folder = check.folder("bench")
     log, data = folder / "bench.log", folder / "bench.json"
     bench_args = shlex.split(check.args.bench_args or BENCH_ARGS[check.args.device])

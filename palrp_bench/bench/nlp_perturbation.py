@@ -1,6 +1,7 @@
 """Throughput of the NLP perturbation protocol: batched forwards versus one forward per perturbed input.
 
-Both modes run :func:`palrp_bench.evaluation.procedures.nlp_perturbation.nlp_perturbation_curves` in the same process on the
+Both modes run :func:`palrp_bench.evaluation.procedures.nlp_perturbation.nlp_perturbation_curves` in the same process on
+the
 same tiny random LLaMA and the same random scores (docs/protocol.md section 2: 11 steps x generation/pruning per
 sample):
 

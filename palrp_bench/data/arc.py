@@ -198,10 +198,7 @@ def write_hub_layout(folder: str | Path, splits: dict[str, list[dict]]) -> None:
 
 @register_dataset(
     "arc", hub=HF_NAME, local_copy="<arc> (a folder holding ARC-Easy/train-*.parquet and test-*.parquet)",
-    pool_size=ARC_EASY_SIZE, tokens=MEAN_PROMPT_TOKENS, check=_check_copy,
-    formats="the hub's layout (a folder holding ARC-Easy/{train,test}-*.parquet or .jsonl) or one table (parquet, "
-            "JSON lines, CSV; the whole ordered question list); columns id, question, choices{text, label}, "
-            "answerKey (the original AI2 JSON lines, question{stem, choices}, work too)")
+    pool_size=ARC_EASY_SIZE, tokens=MEAN_PROMPT_TOKENS, check=_check_copy)
 def _arc_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=arc``: ARC-Easy with the official prompt (no options)."""
     return load_arc_easy(tokenizer, path=path, limit=limit)

@@ -29,7 +29,8 @@ from typing import Any
 
 from ..errors import MissingDataError
 
-__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "check_parser", "load_parser", "parse", "sva_subject_span",
+__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "check_parser", "load_parser", "parse",
+           "sva_subject_span",
            "ra_antecedent_span", "parser_source", "NeedsParse", "resolve_parses"]
 
 #: The spaCy pipeline used unless ``task.options.spacy_model`` names another.

@@ -392,9 +392,7 @@ def _check_folder(task, options: dict, findings) -> None:
     options=(Option("subset", "protocol5000", "protocol5000 | all | <first k of the seed-42 order>", (str, int)),
              Option("image_size", 224, "side of the resized image"),
              Option("labels_file", None, "labels file of a flat val/ folder when not found next to it", (str,))),
-    needs_path="the folder holding val/", local_copy="<imagenet>", pool_size=_pool_size, check=_check_folder,
-    formats=f"the folder holding val/ (or val/ itself): ImageFolder <root>/val/<wnid>/*.JPEG, or flat "
-            f"<root>/val/*.JPEG with {LOC_SOLUTION_NAME} or {DEVKIT_GROUND_TRUTH_NAME} + {DEVKIT_META_NAME}")
+    needs_path="the folder holding val/", local_copy="<imagenet>", pool_size=_pool_size, check=_check_folder)
 def _imagenet_dataset(path, limit, options, tokenizer) -> ImageNetVal:
     """``task.dataset=imagenet``: ``task.path`` = the validation folder; options of :func:`load_imagenet_val`."""
     if path is None:

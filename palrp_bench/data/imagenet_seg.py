@@ -258,8 +258,7 @@ def _check_file(task, options: dict, findings) -> None:
     options=(Option("image_size", 224, "side of the resized image and mask"),
              Option("expected_count", IMAGENET_SEG_COUNT, "entries the file must hold (null: any)", (int, type(None)))),
     needs_path=f"download {IMAGENET_SEG_URL}", local_copy=f"<{IMAGENET_SEG_FILENAME}>",
-    pool_size=lambda options: options["expected_count"] or IMAGENET_SEG_COUNT, check=_check_file,
-    formats=f"{IMAGENET_SEG_FILENAME} (MATLAB v7.3 / HDF5 with value/img and value/gt, 4276 entries)")
+    pool_size=lambda options: options["expected_count"] or IMAGENET_SEG_COUNT, check=_check_file)
 def _imagenet_seg_dataset(path, limit, options, tokenizer) -> ImageNetSegmentation:
     """``task.dataset=imagenet_seg``: ``task.path`` = ``gtsegs_ijcv.mat``; options of :func:`load_imagenet_seg`."""
     if path is None:

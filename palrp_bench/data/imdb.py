@@ -355,11 +355,9 @@ def _check_copy(task, options: dict, findings: Findings) -> None:
              Option("split", "test", "test or train"),
              Option("max_length", IMDB_MAX_LENGTH, "tokens per review, BOS included; reviews are padded to it")),
     hub=lambda options: HF_NAME if options["source"] == "hf" else None,
-    local_copy="<csv>", pool_size=_pool_size, tokens=MEAN_REVIEW_TOKENS, padded_length=lambda options: options["max_length"],
-    check=_check_copy,
-    formats=f"source=kaggle_csv: the Kaggle '{KAGGLE_CSV_NAME}' (CSV, columns review, sentiment: positive | "
-            "negative) or its folder; source=hf: the hub's parquet layout (plain_text/{train,test}-*.parquet, "
-            "columns text, label: 0 = neg, 1 = pos) or a save_to_disk folder")
+    local_copy="<csv>", pool_size=_pool_size, tokens=MEAN_REVIEW_TOKENS,
+    padded_length=lambda options: options["max_length"],
+    check=_check_copy)
 def _imdb_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=imdb``: options ``source`` (kaggle_csv | hf), ``split``, ``max_length``."""
     return load_imdb(source=options["source"], path=path, split=options["split"], limit=limit, tokenizer=tokenizer,

@@ -197,10 +197,7 @@ def _parser(task, options, findings) -> None:
     "ra", options=(Option("paradigm", PARADIGM, "the BLiMP paradigm"),
                    Option("spacy_model", SPACY_MODEL, "spaCy pipeline finding the antecedent in unannotated data")),
     hub=HF_NAME, local_copy=f"<blimp> ({PARADIGM}.jsonl, or a folder holding {PARADIGM}/train-*.parquet)",
-    pool_size=BLIMP_PAIRS, tokens=MEAN_TOKENS, check=_check_copy, requirements=_parser,
-    formats=f"BLiMP's {PARADIGM}.jsonl (fields {', '.join(BLIMP_COLUMNS)}, ...), the hub's parquet layout "
-            f"({PARADIGM}/train-*.parquet), Ferrando et al.'s CSV with target / target_phrase columns, or saved "
-            "evidence records (JSON lines)")
+    pool_size=BLIMP_PAIRS, tokens=MEAN_TOKENS, check=_check_copy, requirements=_parser)
 def _ra_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=ra``: options ``paradigm`` (default anaphor_number_agreement), ``spacy_model``."""
     return load_ra(path, limit=limit, paradigm=str(options["paradigm"]), spacy_model=str(options["spacy_model"]))

@@ -101,7 +101,6 @@ class DatasetSpec:
     padded_length: int | Callable[[dict], int | None] | None = None
     check: Callable[[Any, dict, Findings], None] | None = None
     requirements: Callable[[Any, dict, Findings], None] | None = None
-    formats: str = ""
 
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict:
         """``given`` with every default filled in and each value's type checked; an unknown key is a one-line

@@ -230,9 +230,6 @@ SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
 #: paragraphs of about 120 words and questions of about 10 at about 1.4 SentencePiece tokens per word, plus the
 #: prompt's 7 tokens and EOS)
 QA_PROMPT_TOKENS, SQUAD_PROMPT_TOKENS, SQUAD_CONTEXT_TOKENS = 210, 200, 180
-_FORMATS = ("the official nested JSON (train-v2.0.json / dev-v2.0.json: data -> paragraphs -> qas) or a folder "
-            "holding it, or the hub's flat rows (squad_v2/{train,validation}-*.parquet, JSON lines, CSV; columns id, "
-            "title, context, question, answers{text, answer_start})")
 _SPLIT = Option("split", DEFAULT_SPLIT, "validation or train")
 
 
@@ -244,7 +241,7 @@ def _check_qa(task, options, findings) -> None:
 @register_dataset("qa", options=(_SPLIT,), hub=HF_NAME,
                   local_copy="<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)",
                   pool_size=lambda options: ANSWERABLE.get(options["split"]), tokens=QA_PROMPT_TOKENS,
-                  check=_check_qa, formats=_FORMATS + "; or saved evidence records (JSON lines)")
+                  check=_check_qa)
 def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
     return load_qa(path, split=str(options["split"]), limit=limit)
@@ -301,8 +298,7 @@ def _check_squad(task, options, findings) -> None:
 
 @register_dataset("squad", options=(_SPLIT, Option("seed", ATTNLRP_ORDER_SEED, "seed of the random order")),
                   hub=HF_NAME, local_copy="<dev-v2.0.json>", pool_size=lambda options: ANSWERABLE.get(options["split"]),
-                  tokens=SQUAD_PROMPT_TOKENS, context_tokens=SQUAD_CONTEXT_TOKENS, check=_check_squad,
-                  formats=_FORMATS)
+                  tokens=SQUAD_PROMPT_TOKENS, context_tokens=SQUAD_CONTEXT_TOKENS, check=_check_squad)
 def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``) and ``seed`` (the
     random order, default :data:`ATTNLRP_ORDER_SEED`)."""

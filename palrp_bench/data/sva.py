@@ -238,10 +238,7 @@ def _parser(task, options, findings) -> None:
 @register_dataset(
     "sva", options=(Option("spacy_model", SPACY_MODEL, "spaCy pipeline parsing files without a subject column"),),
     needs_path=SOURCES, local_copy=f"<{GOLDBERG_FILE} or {LINZEN_FILE}.gz>", tokens=MEAN_TOKENS,
-    check=_check_file, requirements=_parser,
-    formats=f"Goldberg (2019)'s {GOLDBERG_FILE} (5 tab-separated fields, the third with {MASK}), Linzen et al. "
-            f"(2016)'s {LINZEN_FILE}[.gz] (a TSV with the columns {', '.join(LINZEN_COLUMNS)}), or saved evidence "
-            "records (JSON lines)")
+    check=_check_file, requirements=_parser)
 def _sva_dataset(path, limit, options, tokenizer) -> EvidencePool:
     """``task.dataset=sva``: a local file (``task.path``); option ``spacy_model`` (files without a subject column)."""
     return load_sva(path, limit=limit, spacy_model=str(options["spacy_model"]))

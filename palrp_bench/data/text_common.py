@@ -253,7 +253,7 @@ def _json_line(file: Path, number: int, line: str) -> dict:
         return json.loads(line)
     except json.JSONDecodeError as err:
         raise BadInputError(f"{file} line {number} is not JSON ({err.msg})",
-                            "write one JSON record per line (JSON lines), e.g. {\"id\": 1, \"text\": \"...\"}") from None
+                            'write one JSON record per line (JSON lines), e.g. {"id": 1, "text": "..."}') from None
 
 
 def _read_json_records(file: Path) -> Iterator[dict]:

@@ -46,8 +46,8 @@ def load_wikipedia(tokenizer: Any, path: str | Path | None = None, limit: int | 
     """The first ``limit`` Wikipedia articles, tokenised with BOS and truncated to ``max_length`` tokens when first
     used (a :class:`~palrp_bench.data.text_common.TextPool`).
 
-    ``path``: a parquet / JSON-lines / CSV file with columns ``id, text`` (``url, title`` read when present), a folder of
-    ``train-*`` shards (hub layout), or a ``save_to_disk`` folder; ``None`` streams the hub (or reads its
+    ``path``: a parquet / JSON-lines / CSV file with columns ``id, text`` (``url, title`` read when present), a
+    folder of ``train-*`` shards (hub layout), or a ``save_to_disk`` folder; ``None`` streams the hub (or reads its
     cache with ``HF_DATASETS_OFFLINE=1``).
     """
     check_tokenizer(tokenizer)
@@ -99,9 +99,7 @@ def _check_copy(task, options, findings) -> None:
 @register_dataset(
     "wikipedia", options=(Option("max_length", WIKI_MAX_LENGTH, "tokens per article, BOS included"),),
     hub=HF_NAME, streamed=True, local_copy="<wikipedia> (20231101.en/train-00000-of-00041.parquet)",
-    tokens=MEAN_ARTICLE_TOKENS, check=_check_copy,
-    formats="the hub's parquet shards (a folder holding 20231101.en/train-*.parquet, or one shard), JSON lines, "
-            "CSV or a save_to_disk folder; columns id, text (url, title read when present)")
+    tokens=MEAN_ARTICLE_TOKENS, check=_check_copy)
 def _wikipedia_dataset(path, limit, options, tokenizer) -> TextPool:
     """``task.dataset=wikipedia``: option ``max_length``."""
     return load_wikipedia(tokenizer, path=path, limit=limit, max_length=int(options["max_length"]))

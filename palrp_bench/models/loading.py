@@ -368,8 +368,9 @@ class LoaderSpec:
     * ``architecture(config, known)``: the :class:`~palrp_bench.models.architecture.Architecture` the cost model
       prices (``known``: hub id -> config.json fields of public base models), None when nothing describes it;
     * ``text_config(config, download)``: the ``config.json`` fields of the text model it will load (None: a loader
-      of no text model; ``download``: the hub may be asked), what fixes the twin's positional kind before the weights load; ``skeleton(config)``: the model it
-      builds, on the meta device (vision loaders: the twin, and its positional kind, follow from its class);
+      of no text model; ``download``: the hub may be asked), what fixes the twin's positional kind before the
+      weights load; ``skeleton(config)``: the model it builds, on the meta device (vision loaders: the twin, and its
+      positional kind, follow from its class);
     * ``identity(config)``: what identifies its weights and tokenizer, by content where they are files
       (:mod:`palrp_bench.fingerprints`), the key of the user cache;
     * ``check(config, findings)``: the preflight of its weights, assets and tokenizer

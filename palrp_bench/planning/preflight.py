@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from ..errors import BadInputError, MissingDataError, PalrpError
 from ..findings import Findings, HubNeed
-from ..hub import ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, hub_access, hub_endpoint, hub_offline, hub_reachable
+from ..hub import (ACCESS_GATED, ACCESS_NOT_FOUND, HUB_PROBE_TIMEOUT, hub_access, hub_endpoint, hub_offline,
+                   hub_reachable)
 from ..models.loading import loader_spec
 from ..schema import MODEL_KIND_WORDS
 from ..runner.devices import DevicePlan

@@ -41,7 +41,8 @@ from .cost import NF4_BYTES_PER_PARAM, CostConstants, architecture_of, format_by
 __all__ = ["Recipe", "OFFICIAL_RECIPE", "TrainingConstants", "SHIPPED_TRAINING_CONSTANTS", "load_training_constants",
            "Setting", "Memory", "TrainingEstimate", "ClassifierTraining", "classifier_architecture",
            "trainable_params", "training_memory", "training_units", "estimate_training", "settings_to_try",
-           "cheapest_fit", "verdict", "needs_training", "training_hint", "price_missing_classifiers", "COMMAND", "MODULE"]
+           "cheapest_fit", "verdict", "needs_training", "training_hint", "price_missing_classifiers", "COMMAND",
+           "MODULE"]
 
 SHIPPED_TRAINING_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "training_defaults.yaml"
 #: the command that trains a classifier (named in plans and fixes; :mod:`palrp_bench.finetune`), and its module

@@ -1,4 +1,5 @@
-"""The pass counts planners read (each attributor's registered ``passes``) are what every method reports spending, explanations of baselines
+"""The pass counts planners read (each attributor's registered ``passes``) are what every method reports spending,
+explanations of baselines
 have the shapes every task and metric expect, and per-sample results do not depend on the batch."""
 import pytest
 import torch

@@ -1,5 +1,6 @@
-"""palrp_bench/bench/attribution.py (``scripts/bench_attribution.py``) measures the encoder-decoder T5 family through the same ``explain`` path as the
-decoders (docs/engine.md, "T5"): a tiny run writes one row per method with its ratio to Gradient x Input."""
+"""palrp_bench/bench/attribution.py (``scripts/bench_attribution.py``) measures the encoder-decoder T5 family through
+the same ``explain`` path as the decoders (docs/engine.md, "T5"): a tiny run writes one row per method with its ratio
+to Gradient x Input."""
 import json
 
 from palrp_bench.bench import attribution as bench

@@ -1,5 +1,5 @@
-"""palrp_bench/bench/gpu_check.py (``scripts/gpu_check.py``, docs/rehearsal.md "GPU check"): a failing step is one FAILED row and the others still run,
-the summary table's columns, the exit status, the refusal without CUDA (faked; nothing here runs CUDA), and the
+"""palrp_bench/bench/gpu_check.py (``scripts/gpu_check.py``, docs/rehearsal.md "GPU check"): a failing step is one
+FAILED row and the others still run, the summary table's columns, the exit status, the refusal without CUDA (faked; nothing here runs CUDA), and the
 suite step on a real pytest run."""
 import argparse
 import json
