@@ -107,3 +107,14 @@ def test_a_wrong_format_stops_the_command_in_one_line_and_writes_nothing(tmp_pat
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "wiki.txt is not a table file" in lines[0], done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_docs_show_every_format_with_an_example():
+    """docs/data.md has a section for each dataset that reads ``task.path``, with an example of its format."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
+    sections = {m.group(1): m.group(2) for m in re.finditer(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, re.M | re.S)}
+    for dataset in CHECKED:
+        body = next((b for head, b in sections.items() if re.search(rf"\b{dataset}\b", head)), None)
+        assert body is not None and "```" in body, f"docs/data.md has no section with an example for {dataset}"
