@@ -21,10 +21,11 @@ LIBRARY_ATOL = {"gpt2": 1e-10, "llama": 1e-6}
 
 
 def total(e) -> torch.Tensor:
-    """Token contributions plus every other term of the decomposition, ``[B]``."""
+    """Token scores (the explained token's direct embedding term included) plus the terms that no token gets: MLP
+    outputs, attention output biases and the output bias, ``[B]``."""
     ex = e.extras
     return (e.scores.double().sum(1) + ex["alti_logit_mlp"].sum(1) + ex["alti_logit_attention_bias"].sum(1)
-            + ex["alti_logit_embedding"] + ex["alti_logit_output_bias"])
+            + ex["alti_logit_output_bias"])
 
 
 def gpt2(head="causal"):
