@@ -13,7 +13,7 @@ import torch
 
 from .attributors import run_attributor
 from .errors import BadInputError
-from .lrp.attribution import attribute
+from .lrp.attribution import absorbed_relevance, attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
 from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
@@ -159,7 +159,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     Returns:
         :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
         ``logit`` (the explained value: the target logit, or the difference with a foil), ``target``,
-        ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device.
+        ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device. LRP methods also return
+        ``extras["absorbed"]`` ``[B]``: the starting relevance that reached no part of the explanation (what the
+        softmax rules, the biases and a constant position encoding absorbed;
+        :func:`~palrp_bench.lrp.attribution.absorbed_relevance`), so the parts and it add up to the starting
+        relevance (the logit for language models; before the sign correction of ``correct_sign``).
     """
     protocol = check_protocol(protocol)
     check_embeddings(embeddings)
@@ -207,7 +211,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         scores = signed.clamp(min=0)
         extras = {**parts["extras"], "scores_signed": signed}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
-    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name)
+    extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name,
+                  absorbed=absorbed_relevance(attribution, twin.starting_relevance))
     if attribution.foil is not None:
         extras["foil"] = attribution.foil
     e = Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],

@@ -43,7 +43,10 @@ the explained position (T5: the decoder position). With a learned position table
     Common: ``logit`` ``[B]`` the explained value (the target logit; with a foil the difference
     ``logit[target] - logit[foil]``), ``target`` ``[B]`` the explained index, ``extras["foil"]`` ``[B]`` the foil
     index (contrastive explanations only), ``extras["forward_passes"]`` / ``["backward_passes"]`` ``[B]`` the model
-    passes each sample cost. Baselines that
+    passes each sample cost, ``extras["absorbed"]`` ``[B]`` (LRP methods) the starting relevance that reached no sink
+    (:func:`palrp_bench.lrp.attribution.absorbed_relevance`): ``semantic`` + ``positional`` + the other sinks' parts
+    (T5: the ``decoder_*`` twins; BERT: ``token_type``; ViTs: ``cls_semantic``, ``cls_positional``) + absorbed =
+    the starting relevance. Baselines that
     are not one LRP pass (:mod:`palrp_bench.attributors`) fill ``semantic`` with their scores and ``positional``
     with zeros (they put no relevance on the positional encoding).
     """

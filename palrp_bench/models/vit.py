@@ -41,6 +41,7 @@ The parity test (``tests/models/test_vit_twin.py``) pins the twin's logits to ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -70,6 +71,9 @@ class VitForward:
     ``Np`` for models whose PE skips the prefix tokens). ``patch_tokens`` ``[B, Np, D]``: the patch-embedding
     output (not a leaf; its ``x * grad`` is the token-level semantic relevance). ``grid`` ``(Hp, Wp)``.
     """
+
+    #: sinks that are not inputs (:func:`palrp_bench.lrp.attribution.absorbed_relevance` leaves them out)
+    probes: ClassVar[tuple[str, ...]] = ("patch_tokens",)
 
     logits: torch.Tensor
     pixels: torch.Tensor
