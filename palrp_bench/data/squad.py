@@ -33,13 +33,17 @@ whose answer gave the foil), ``split``, ``source``, ``evidence_source = "file:an
 
 **The AttnLRP protocol's samples** (:func:`load_squad_attnlrp`, ``task.dataset=squad``; the task ``squad_attnlrp``,
 AttnLRP paper appendix B.1: "4000 randomly selected validation dataset samples (fixed set for all baselines)"):
-every answerable question, in the order of a seeded permutation (``numpy.random.default_rng(seed).permutation``
-over the answerable questions in file order, ``seed`` = ``task.options.seed``, recorded with the task in the
-manifest), so the first ``pool_size`` form a uniform random sample and any prefix is itself one. Each becomes an
-:class:`~palrp_bench.data.evidence_common.EvidenceSample` with evidence = the first answer's span (a span whose
-text is not the answer is dropped, ``evidence_mismatch``), ``target`` = the answer's first word, no foil (the
-protocol explains the model's own first answer token); ``meta["answers"]`` every annotated answer (correctness,
-evaluation/tasks/seq2seq_qa.py), ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
+every question of the split, unanswerable ones included (B.1 draws from the validation samples, about half of
+which SQuAD v2 marks unanswerable; the explained output, the model's first answer token, exists for every
+question), or with ``answerable_only`` the answerable ones, in the order of a seeded permutation
+(``numpy.random.default_rng(seed).permutation`` over those questions in file order, ``seed`` =
+``task.options.seed``, recorded with the task in the manifest), so the first ``pool_size`` form a uniform random
+sample and any prefix is itself one. Each becomes an :class:`~palrp_bench.data.evidence_common.EvidenceSample`
+with no foil (the protocol explains the model's own first answer token); an answerable question has evidence =
+the first answer's span (a span whose text is not the answer is dropped, ``evidence_mismatch``) and ``target`` =
+the answer's first word, an unanswerable one no evidence and an empty target. ``meta["answers"]`` holds every
+annotated answer (none for an unanswerable question: correctness, evaluation/tasks/seq2seq_qa.py),
+``meta["answerable"]`` whether there is one, ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
 
 **Exact match** (:func:`squad_exact_match`): SQuAD's official answer normalisation (``evaluate-v2.0.py``:
 lower case, punctuation removed, the articles ``a``, ``an``, ``the`` removed, whitespace collapsed), then equality
@@ -228,32 +232,44 @@ def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
     return load_qa(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit)
 
 
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise BadInputError(f"{name} must be true or false, got {value!r}", f"set task.options.{name}=true or false")
+    return bool(value)
+
+
 def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None,
-                       seed: int = ATTNLRP_ORDER_SEED) -> EvidencePool:
-    """The first ``limit`` answerable questions of SQuAD v2 ``split`` in the seeded random order of the AttnLRP
-    protocol (module docstring), drops counted."""
+                       seed: int = ATTNLRP_ORDER_SEED, answerable_only: bool = False) -> EvidencePool:
+    """The first ``limit`` questions of SQuAD v2 ``split`` (with ``answerable_only`` the answerable ones) in the
+    seeded random order of the AttnLRP protocol (module docstring), drops counted."""
     check_limit(limit)
     if split not in OFFICIAL_FILES:
         raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    answerable_only = _check_flag(answerable_only, "answerable_only")
     rows, source = _squad_rows(path, split)
     kept: list[EvidenceSample] = []
     dropped: dict[str, int] = {}
     for row in rows:
         texts, starts = squad_answers(row)
-        if not texts:
+        if not texts and answerable_only:
             continue
-        context, answer, start = str(row["context"]), texts[0], starts[0]
+        context = str(row["context"])
+        meta = {"source": source, "split": split, "title": str(row.get("title") or ""), "answers": texts,
+                "answerable": bool(texts), "order_seed": int(seed)}
+        if not texts:
+            kept.append(EvidenceSample(sample_id=f"squad-{row['id']}", task="qa", target="", foil="", evidence=(),
+                                       context=context, question=str(row["question"]), meta=meta))
+            continue
+        answer, start = texts[0], starts[0]
         if not _span_holds_answer(context, answer, start):
             dropped["evidence_mismatch"] = dropped.get("evidence_mismatch", 0) + 1
             continue
         kept.append(EvidenceSample(
             sample_id=f"squad-{row['id']}", task="qa", target=first_word(answer) or answer, foil="",
             evidence=((start, start + len(answer)),), context=context, question=str(row["question"]),
-            meta={"source": source, "evidence_source": "file:answer_start", "split": split,
-                  "title": str(row.get("title") or ""), "answer": answer, "answers": texts,
-                  "order_seed": int(seed)}))
+            meta={**meta, "evidence_source": "file:answer_start", "answer": answer}))
     order = np.random.default_rng(int(seed)).permutation(len(kept))
     chosen = [kept[int(i)] for i in order[:limit]]
     return EvidencePool(chosen, dropped, source)
@@ -261,11 +277,12 @@ def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLI
 
 @register_dataset("squad")
 def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``) and ``seed`` (the
-    random order, default :data:`ATTNLRP_ORDER_SEED`)."""
-    check_options(options, ("split", "seed"), "squad")
+    """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``), ``seed`` (the random
+    order, default :data:`ATTNLRP_ORDER_SEED`) and ``answerable_only`` (default false: every question)."""
+    check_options(options, ("split", "seed", "answerable_only"), "squad")
     return load_squad_attnlrp(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit,
-                              seed=options.get("seed", ATTNLRP_ORDER_SEED))
+                              seed=options.get("seed", ATTNLRP_ORDER_SEED),
+                              answerable_only=options.get("answerable_only", False))
 
 
 def normalize_answer(text: str) -> str:

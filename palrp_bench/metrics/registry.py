@@ -54,7 +54,9 @@ class MetricSpec:
     """One table metric: ``name`` (as in result rows), ``higher_is_better`` (bool, per-variant mapping or None),
     ``convention`` (how the number is computed and scaled), ``description``, ``section`` (docs/protocol.md section,
     see docs/evaluation.md), ``unit``, ``variants``; ``sources`` and ``compute`` (module docstring): ``curve``
-    metrics take the steps of one input as components, pooled metrics one component per scalar input."""
+    metrics take the steps of one input as components, pooled metrics one component per scalar input; ``note``: a
+    caveat written into the ``note`` column of every table number of the metric (e.g. that a published value is not
+    comparable)."""
 
     name: str
     higher_is_better: bool | Mapping[str, bool] | None
@@ -66,6 +68,7 @@ class MetricSpec:
     sources: tuple[MetricSource, ...] = field(default=())
     compute: Callable[[np.ndarray], np.ndarray] | None = None
     curve: bool = False
+    note: str = ""
 
 
 METRICS: dict[str, MetricSpec] = {}

@@ -174,6 +174,7 @@ def table_metrics(results: pd.DataFrame, confidence: float = 0.95, n_resamples: 
     rows = []
     for s in metric_samples(results):
         low, high, note = confidence_interval(s, confidence, n_resamples, seed)
+        note = "; ".join(n for n in (note, s.spec.note) if n)
         rows.append({**s.cell, "metric": s.metric, "variant": s.variant, "value": s.value(), "ci_low": low,
                      "ci_high": high, "n": s.n, "n_nonfinite": s.n_nonfinite, "interval": INTERVAL_METHOD,
                      "note": note})

@@ -367,9 +367,11 @@ SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
 
 
 def _squad_checks(task, found: Preflight, fix: _Overrides) -> None:
-    """A readable SQuAD v2 split (nested JSON or the hub's flat rows) with at least ``pool_size`` answerable
-    questions (the AttnLRP protocol draws its random sample from them)."""
-    from ..data.squad import OFFICIAL_FILES, load_squad_attnlrp
+    """A readable SQuAD v2 split (nested JSON or the hub's flat rows) with at least ``pool_size`` questions (every
+    question, or with ``answerable_only`` the answerable ones: the AttnLRP protocol draws its random sample from
+    them), read by the task's own loader and options."""
+    from ..data.registry import load_dataset
+    from ..data.squad import OFFICIAL_FILES
 
     split = str(task.options.get("split", "validation"))
     official = OFFICIAL_FILES.get(split, "dev-v2.0.json")
@@ -377,12 +379,13 @@ def _squad_checks(task, found: Preflight, fix: _Overrides) -> None:
                 + f" (the official file, a folder holding it, or the hub's squad_v2/{split}-*.parquet; download "
                   f"{SQUAD_URL}{official})")
     try:
-        pool = load_squad_attnlrp(task.path, split=split, seed=task.options.get("seed", 0))
+        pool = load_dataset(task.dataset, path=task.path, limit=None, options=dict(task.options), tokenizer=None)
     except (MissingDataError, BadInputError) as err:
         found.add(f"SQuAD v2 file {task.path} ({task.name}): {err.problem}", path_fix)
         return
+    what = "answerable questions" if task.options.get("answerable_only") else "questions"
     if task.pool_size is not None and len(pool) < task.pool_size:
-        found.add(f"{task.path} holds {len(pool):,} answerable questions, fewer than pool_size={task.pool_size:,} "
+        found.add(f"{task.path} holds {len(pool):,} {what}, fewer than pool_size={task.pool_size:,} "
                   f"({task.name})", f"{path_fix}, or {fix('task', task.name, f'task.pool_size={len(pool)}')}")
 
 

@@ -4,7 +4,9 @@
   (grouped by model where the paper lists several), the paper's columns (task x variant x metric, in the paper's
   order), each split into ``paper`` (the published number) and ``ours`` (``value [low, high]`` from ``metrics.csv``)
   side by side. One table per run setting (protocol, causal, aggregation): Table 3 run causal and non-causal gives
-  two. Rows of the paper that were not reproduced show ``-`` under ``ours``.
+  two. Rows of the paper that were not reproduced show ``-`` under ``ours``. A published number whose metric
+  carries a comparability note (``MetricSpec.note``: the AttnLRP paper's IoU, whose definition is unknown) gets
+  that note as a footnote; our numbers of such a metric have other variants and are reported apart.
 * :func:`cell_tables`: one table per (run, model, task), methods x table metrics: the summary printed after a run
   and the report's "reproduced only" section (cells the paper has no number for).
 * :func:`comparison_frame`: the long form of both (``comparison.csv``), including unreproduced published numbers.
@@ -195,7 +197,8 @@ def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: flo
                             fields[f] = pub[f].iloc[0]
                     key = tuple(fields[k] for k in PUBLISHED_KEY)
                     paper = pub_index.get(key)
-                    cells.append(fmt(paper["value"]) if paper is not None else "-")
+                    cells.append(fmt(paper["value"]) + notes.mark(_metric_note(paper["metric"]))
+                                 if paper is not None else "-")
                     cells.append(interval_text(ours[key], notes) if key in ours else "-")
                 rows.append(cells)
             index = (pd.MultiIndex.from_tuples(row_keys, names=row_fields) if len(row_fields) > 1
@@ -211,6 +214,14 @@ def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: flo
                      + (f"; {task_note}" if task_note else ""))
             tables.append(Table(name, title, frame, notes.lines()))
     return tables
+
+
+def _metric_note(metric: str) -> str:
+    """The comparability note of a registered metric (``MetricSpec.note``), empty for others."""
+    from ..metrics.registry import metric_specs
+
+    spec = metric_specs().get(metric)
+    return spec.note if spec is not None else ""
 
 
 def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float) -> list[Table]:

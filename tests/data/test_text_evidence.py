@@ -457,25 +457,39 @@ def test_fixture_folder_is_complete():
 
 
 # ------------------------------------------------------------------------------------------------ squad (AttnLRP)
-def test_squad_attnlrp_order_is_a_seeded_permutation_of_the_answerable_questions():
+def test_squad_attnlrp_order_is_a_seeded_permutation_of_every_question():
     nested = load_squad_attnlrp(SQUAD_JSON)
     flat = load_dataset("squad", path=str(FIXTURES / "squad_v2"), options={"seed": 0})
     assert [s.to_json() | {"meta": None} for s in nested] == [s.to_json() | {"meta": None} for s in flat]
-    rows = list(iter_squad(SQUAD_JSON))
+    rows = list(iter_squad(SQUAD_JSON, answerable_only=False))
     order = np.random.default_rng(0).permutation(len(rows))
-    assert [s.sample_id for s in nested] == [f"squad-{rows[i]['id']}" for i in order]  # no foil, none dropped
+    assert len(rows) == 12 and [s.sample_id for s in nested] == [f"squad-{rows[i]['id']}" for i in order]
+    unanswerable = [s for s in nested if not s.meta["answerable"]]
+    assert len(unanswerable) == 3 and all(s.evidence == () and s.target == "" and s.meta["answers"] == []
+                                          for s in unanswerable)
     for s in nested:
-        assert s.foil == "" and s.evidence_words == [s.meta["answer"]] and s.meta["answer"] in s.meta["answers"]
-        assert s.meta["order_seed"] == 0
+        assert s.foil == "" and s.meta["order_seed"] == 0
+        if s.meta["answerable"]:
+            assert s.evidence_words == [s.meta["answer"]] and s.meta["answer"] in s.meta["answers"]
     assert [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, limit=4)] == [s.sample_id for s in nested[:4]]
     other = [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, seed=1)]
     assert sorted(other) == sorted(s.sample_id for s in nested) and other != [s.sample_id for s in nested]
 
 
+def test_squad_attnlrp_answerable_only_permutes_the_answerable_questions():
+    pool = load_dataset("squad", path=str(SQUAD_JSON), options={"answerable_only": True})
+    rows = list(iter_squad(SQUAD_JSON))
+    order = np.random.default_rng(0).permutation(len(rows))
+    assert len(rows) == 9 and [s.sample_id for s in pool] == [f"squad-{rows[i]['id']}" for i in order]
+    assert all(s.meta["answerable"] and s.evidence for s in pool)
+    with pytest.raises(BadInputError, match="answerable_only must be true or false"):
+        load_squad_attnlrp(SQUAD_JSON, answerable_only="yes")
+
+
 def test_squad_attnlrp_drops_a_misplaced_answer_and_refuses_bad_options(tmp_path):
     path = _misplaced_first_answer(tmp_path)
     pool = load_squad_attnlrp(path)
-    assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 8
+    assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 11
     with pytest.raises(BadInputError, match="unknown option"):
         load_dataset("squad", path=str(path), options={"n": 3})
     with pytest.raises(BadInputError, match="seed must be"):

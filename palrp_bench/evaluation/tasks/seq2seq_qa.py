@@ -14,8 +14,9 @@ Per sample (an :class:`~palrp_bench.data.evidence_common.EvidenceSample` of task
   generates first (``palrp_bench.explain(..., decoder_input_ids=...)``, target None);
 * ``correct``: the greedy answer (up to :data:`ANSWER_MAX_TOKENS` new tokens, stopped at EOS) matches one annotated
   answer under SQuAD's exact match (:func:`palrp_bench.data.squad.squad_exact_match`; the synthetic samples have
-  one answer, the word itself). The paper says only "We calculate attributions for accurately answered
-  questions" (section 4.1); exact match is our reading of "accurately".
+  one answer, the word itself; an unanswerable question's answer is the empty string, as in SQuAD v2's official
+  evaluation). The paper says only "We calculate attributions for accurately answered questions" (section 4.1);
+  exact match is our reading of "accurately".
 
 Metrics (``ctx.metrics``):
 
@@ -23,9 +24,11 @@ Metrics (``ctx.metrics``):
   inside the context"), zero baseline on whole encoder token embeddings
   (:func:`palrp_bench.evaluation.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` / ``a_lerf``
   (variant ``insertion``) -> ``delta_a``;
-* ``iou``: on correctly answered samples only, the IoU of the context tokens with positive relevance and the
-  answer-span tokens (:func:`palrp_bench.metrics.evidence.positive_iou`, valid = the context tokens: the
-  evaluation mask ``default``), row ``iou`` (variant ``default``);
+* ``iou``: on correctly answered answerable samples only, the IoU of the attributed context tokens and the
+  answer-span tokens (valid = the context tokens), rows ``iou`` with variant ``positive`` (the tokens with positive
+  relevance, :func:`palrp_bench.metrics.evidence.positive_iou`) and ``top_answer`` (the as many highest-scoring
+  tokens as the answer has, :func:`~palrp_bench.metrics.evidence.top_answer_iou`): the paper does not say which
+  (``metrics.evidence.IOU_NOTE``);
 
 and every sample gets ``correct`` (0/1). The explanation of a sample does not depend on the batch (each sample is
 explained at its real length; padding is never a feature).
@@ -41,18 +44,18 @@ from ...data.evidence_common import EvidenceSample, render, tokens_overlapping
 from ...data.registry import load_dataset
 from ...data.squad import squad_exact_match
 from ...errors import BadInputError
-from ...metrics.evidence import IOU_METRIC, positive_iou
+from ...metrics.evidence import IOU_METRIC, positive_iou, top_answer_iou
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
 from . import register_task
 from .base import SampleResult, nonfinite_result, pad_id
 
-__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_VARIANT", "encode_qa"]
+__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_READINGS", "encode_qa", "prompt_lengths"]
 
 #: most tokens of a generated answer (SQuAD answers are short: the longest of v2.0's validation answers has 29 words)
 ANSWER_MAX_TOKENS = 32
-#: the evaluation mask of the ``iou`` rows: the context tokens (as the evidence metrics' qa ``default``)
-IOU_VARIANT = "default"
+#: the ``iou`` rows: variant -> its function (metrics/evidence.py, ``IOU_VARIANTS``)
+IOU_READINGS = {"positive": positive_iou, "top_answer": top_answer_iou}
 
 
 def encode_qa(tokenizer, sample: EvidenceSample) -> tuple[list[int], list[bool], list[bool]]:
@@ -71,7 +74,24 @@ def encode_qa(tokenizer, sample: EvidenceSample) -> tuple[list[int], list[bool],
             tokens_overlapping(offsets, rendered.evidence))
 
 
+def prompt_lengths(tokenizer, samples) -> list[tuple[int, int]]:
+    """``(encoder tokens, context tokens)`` of each sample's prompt (:func:`encode_qa`): what a plan sizes time and
+    memory from."""
+    out = []
+    for sample in samples:
+        ids, context, _ = encode_qa(tokenizer, sample)
+        out.append((len(ids), sum(context)))
+    return out
+
+
+def _answerable(sample: EvidenceSample) -> bool:
+    return bool(sample.meta.get("answerable", True)) and bool(sample.evidence)
+
+
 def _answers(sample: EvidenceSample) -> list[str]:
+    """The annotated answers; an unanswerable question's is the empty string (SQuAD v2's official evaluation)."""
+    if not _answerable(sample):
+        return [""]
     return list(sample.meta.get("answers") or [sample.meta.get("answer") or sample.target])
 
 
@@ -129,7 +149,8 @@ class Seq2SeqQAAdapter:
         start = torch.full((len(samples), 1), _start_id(bundle.model), dtype=torch.long)
         rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
                                   decoder_input_ids=start.to(bundle.device), **ctx.explain_kwargs()).to("cpu")
-        scores = rel.scores.detach().float()
+        scores = rel.scores.detach()
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # the explanation's precision
         scores = torch.where(mask.bool(), scores, torch.zeros_like(scores))  # padding: exactly 0
         generated = self._answers_generated(bundle, ids, mask)
         correct = [squad_exact_match(a, _answers(s)) for s, a in zip(samples, generated)]
@@ -155,15 +176,16 @@ class Seq2SeqQAAdapter:
                                                 process=TEXT_PROCESS, max_steps=ctx.task.perturbation_steps,
                                                 batch_size=ctx.forward_batch_size)
             areas = dict(zip(ok, curves))
-        iou = positive_iou(scores, answer, context).tolist() if IOU_METRIC in metrics else None
+        iou = ({variant: reading(scores, answer & context, context).tolist()
+                for variant, reading in IOU_READINGS.items()} if IOU_METRIC in metrics else None)
         results = []
         for j, sample in enumerate(samples):
             if j not in ok:
                 results.append(nonfinite_result(sample.sample_id, infos[j]))
                 continue
             rows = area_rows(areas[j], TEXT_PROCESS) if j in areas else []
-            if iou is not None and correct[j]:
-                rows.append((IOU_METRIC, IOU_VARIANT, SCALAR, float(iou[j])))
+            if iou is not None and correct[j] and _answerable(sample):
+                rows += [(IOU_METRIC, variant, SCALAR, float(values[j])) for variant, values in iou.items()]
             rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[j])))
             results.append(SampleResult(sample.sample_id, rows, infos[j], arrays[j]))
         return results
