@@ -24,6 +24,7 @@ from ..hub import TOKENIZER_FILES, cached_hub_file, hub_offline, hub_reachable, 
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS",
            "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
+           "local_tokenizer",
            "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
            "AUTO_CLASSES", "auto_class", "random_model"]
 
@@ -349,6 +350,30 @@ def positional_kind_of_config(cfg) -> str | None:
     if loader not in ("hf", "embedded_text"):
         return None
     return _positional_kind(loader, str(cfg.source), getattr(cfg, "base_model", None), getattr(cfg, "tokenizer", None))
+
+
+def local_tokenizer(cfg):
+    """The tokenizer a model config loads (:func:`tokenizer_source`) when this machine has it without a download:
+    the embedded models' shipped tokenizers, a local folder, or the hub cache; None otherwise (a plan reads it to
+    size its inputs, and never fetches one)."""
+    from ..hub import hub_tokenizer_cached
+
+    if _value(cfg.loader) == "embedded_text":
+        from ..data import synthetic_text
+
+        return synthetic_text.load_tiny_tokenizer(kind=cfg.source)
+    if _value(cfg.loader) != "hf":
+        return None
+    source = tokenizer_source(cfg)
+    local = is_local_path(source)
+    if (local and not holds_tokenizer(source)) or (not local and not hub_tokenizer_cached(source)):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError):
+        return None
 
 
 def load_tokenizer(name_or_path: str):

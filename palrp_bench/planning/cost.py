@@ -55,7 +55,7 @@ from ..numerics import device_kind as accelerator_kind
 from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
-           "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work",
+           "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work", "measured_prompts",
            "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
            "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
            "VISION_FORWARDS", "NF4_BYTES_PER_PARAM", "alti_memory"]
@@ -247,6 +247,9 @@ class Work:
     attributor: str = "lrp"
     #: decoder tokens of every forward of an encoder-decoder (0 for the others)
     decoder_tokens: float = 0.0
+    #: tokens of the task's longest sample where the plan measured them (0: unknown); peak memory is sized for a
+    #: batch of those (:func:`peak_memory`), time for the mean
+    longest_tokens: float = 0.0
 
 
 def typical_tokens(task, constants: "CostConstants") -> float | None:
@@ -259,6 +262,56 @@ def typical_tokens(task, constants: "CostConstants") -> float | None:
         return None
     cap = task.options.get("max_length")
     return float(min(tokens, cap) if cap else tokens)
+
+
+def _prompt_key(cell) -> tuple | None:
+    """What :func:`measured_prompts` depends on, or None when the task reads no local file."""
+    task = cell.task
+    if task.path is None or not Path(str(task.path)).expanduser().exists():
+        return None
+    options = json.dumps(dict(task.options or {}), sort_keys=True, default=str)
+    model = cell.model
+    return (task.dataset, str(Path(str(task.path)).expanduser().resolve()), options, task.pool_size,
+            str(getattr(model.loader, "value", model.loader)), str(model.source), str(getattr(model, "tokenizer", "")),
+            str(getattr(model, "base_model", "")))
+
+
+#: :func:`measured_prompts` per :func:`_prompt_key` (a plan prices every method of a cell on the same file)
+_MEASURED: dict[tuple, tuple[float, float, float] | None] = {}
+
+
+def _measured(cell) -> tuple[float, float, float] | None:
+    from ..data.registry import load_dataset
+    from ..errors import PalrpError
+    from ..evaluation.tasks.seq2seq_qa import prompt_lengths
+    from ..models.loading import local_tokenizer
+
+    tokenizer = local_tokenizer(cell.model)
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    try:
+        pool = load_dataset(cell.task.dataset, path=cell.task.path, limit=cell.task.pool_size,
+                            options=dict(cell.task.options or {}), tokenizer=tokenizer)
+        lengths = prompt_lengths(tokenizer, pool)
+    except (PalrpError, OSError, ValueError):
+        return None  # the preflight names what is wrong with the file
+    if not lengths:
+        return None
+    tokens = [t for t, _ in lengths]
+    return sum(tokens) / len(tokens), sum(c for _, c in lengths) / len(lengths), float(max(tokens))
+
+
+def measured_prompts(cell) -> tuple[float, float, float] | None:
+    """``(mean encoder tokens, mean context tokens, longest encoder tokens)`` of a ``seq2seq_qa`` cell's samples,
+    tokenised by the model's own tokenizer from the task's local file (the pool the run will draw:
+    :func:`~palrp_bench.evaluation.tasks.seq2seq_qa.prompt_lengths`), or None when the file or the tokenizer is not
+    on this machine (the shipped token table is used then). Cached per file, options and tokenizer."""
+    key = _prompt_key(cell)
+    if key is None:
+        return None
+    if key not in _MEASURED:
+        _MEASURED[key] = _measured(cell)
+    return _MEASURED[key]
 
 
 def _padded_length(task) -> int | None:
@@ -331,14 +384,18 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
         return Work(2 if "vision_perturbation" in metrics else 1, tokens, forwards, tokens,
                     explanation_forwards(cell, arch, constants, patches), attributor)
     if kind == "seq2seq_qa":
-        real = typical_tokens(cell.task, constants)
-        if real is None:
-            return None
-        context = float(constants.tokens.get(f"{cell.task.dataset}/context", real))
+        measured = measured_prompts(cell)
+        if measured is not None:  # the task's own file, tokenised: mean for time, longest for memory
+            real, context, longest = measured
+        else:
+            real = typical_tokens(cell.task, constants)
+            if real is None:
+                return None
+            context, longest = float(constants.tokens.get(f"{cell.task.dataset}/context", real)), 0.0
         # the greedy answer (correctness) costs about one more forward
         forwards = 1.0 + (_attnlrp_forwards(context, steps) if "attnlrp_perturbation" in metrics else 0.0)
         return Work(1, real, forwards, real, explanation_forwards(cell, arch, constants, round(context)), attributor,
-                    decoder_tokens=1.0)
+                    decoder_tokens=1.0, longest_tokens=longest)
     return Work(0, 0.0, 0, 0.0)
 
 
@@ -569,7 +626,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
     scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
     only one layer's; ALTI and ALTI-Logit (no backward through the model) hold :func:`alti_memory` instead. Weights:
-    by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
+    by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`. ``T_e`` and ``T_f`` are the work's mean tokens, or its
+    longest sample's where measured (``Work.longest_tokens``: batches hold samples of similar length, so the
+    longest ones meet in one batch)."""
     if arch.family == "none":
         return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
     import torch
@@ -581,18 +640,19 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     weights = (arch.params - quantized) * width + quantized * NF4_BYTES_PER_PARAM
     mem = constants.memory
     explain = 0.0
+    t_e, t_f = max(work.explain_tokens, work.longest_tokens), max(work.forward_tokens, work.longest_tokens)
     if work.explanations and work.attributor in ALTI_ATTRIBUTORS:
-        explain = alti_memory(arch, work.explain_tokens, batch_size, width)
+        explain = alti_memory(arch, t_e, batch_size, width)
     elif work.explanations:
         per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
-                           + mem.get("explain_per_score", 2) * arch.heads * work.explain_tokens) * width
-        explain = batch_size * work.explain_tokens * arch.layers * per_token_layer
+                           + mem.get("explain_per_score", 2) * arch.heads * t_e) * width
+        explain = batch_size * t_e * arch.layers * per_token_layer
     forward = 0.0
     if work.forwards:
         rows = min(forward_batch_size, math.ceil(work.forwards * batch_size))
         per_token = ((mem.get("forward_per_hidden", 6) * arch.hidden + mem.get("forward_per_ffn", 3) * arch.ffn)
-                     + arch.heads * work.forward_tokens) * width
-        forward = rows * work.forward_tokens * per_token
+                     + arch.heads * t_f) * width
+        forward = rows * t_f * per_token
     runtime = 0.0 if str(device).startswith("cuda") else float(mem.get("runtime_bytes", 0))
     return runtime + weights + max(explain, forward)
 

@@ -1,6 +1,7 @@
 """The cost model (docs/planning.md): parameter counts against the libraries' own models, the per-sample work against
 the forwards the procedures really run, the estimate's arithmetic, and where constants are read from."""
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -286,3 +287,37 @@ def test_an_encoder_decoder_is_priced_by_its_encoder_and_decoder_blocks():
     one = (tokens * (arch.body_params + 2 * tokens * 48 * 2) + arch.decoder_params + 2 * tokens * 48 * 2) / 1e9
     assert forward_units(arch, tokens, 1.0) == pytest.approx(one, rel=1e-12)
     assert work_units(arch, work) == pytest.approx((work.explain_forwards + work.forwards) * one, rel=1e-12)
+
+
+def test_a_local_squad_file_is_tokenised_to_size_time_by_the_mean_and_memory_by_the_longest(tmp_path):
+    """squad_attnlrp with a local SQuAD v2 file and a model whose tokenizer is on the machine: the plan tokenises
+    the pool the run will draw (every question by default) with the model's tokenizer, prices time with the mean
+    prompt and context and memory with the longest prompt; without the file it falls back to the shipped table."""
+    from pathlib import Path
+
+    from palrp_bench.data.registry import load_dataset
+    from palrp_bench.data.synthetic_text import load_tiny_tokenizer
+    from palrp_bench.evaluation.tasks.seq2seq_qa import encode_qa
+    from palrp_bench.planning.cost import measured_prompts, peak_memory, sample_work
+
+    squad = Path(__file__).resolve().parents[1] / "data" / "fixtures_text" / "evidence" / "dev-v2.0.json"
+    cell = plan_cells(compose_cfg(tmp_path, "model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp",
+                                  f"task.path={squad}", "task.pool_size=12"))[0]
+    tok = load_tiny_tokenizer(kind="t5_squad")
+    encoded = [encode_qa(tok, s) for s in load_dataset("squad", path=squad, limit=12, options=cell.task.options)]
+    lengths = [len(ids) for ids, _, _ in encoded]
+    assert len(lengths) == 12 and max(lengths) > sum(lengths) / 12       # unanswerable questions included
+    mean, context, longest = measured_prompts(cell)
+    assert mean == pytest.approx(sum(lengths) / 12) and longest == max(lengths)
+    assert context == pytest.approx(sum(sum(c) for _, c, _ in encoded) / 12)
+    arch, constants = architecture_of(cell.model), load_constants()
+    work = sample_work(cell, arch, constants)
+    assert (work.explain_tokens, work.longest_tokens) == (mean, longest)
+    assert work.forwards == pytest.approx(1 + 2 * context)
+    sized = peak_memory(cell.model, arch, work, constants, "cuda:0", 4, 64)
+    by_mean = peak_memory(cell.model, arch, replace(work, longest_tokens=0.0), constants, "cuda:0", 4, 64)
+    assert sized > by_mean
+    missing = plan_cells(compose_cfg(tmp_path, "model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp",
+                                     f"task.path={tmp_path / 'none.json'}"))[0]
+    assert measured_prompts(missing) is None
+    assert sample_work(missing, arch, constants).explain_tokens == constants.tokens["squad"]
