@@ -11,7 +11,12 @@ answers{text, answer_start}`` in file order, from
 
 ``answerable_only`` keeps the questions with at least one answer (``is_impossible`` false).
 
-**The qa task** (:func:`load_qa`): each answerable question becomes an
+**The qa task** (:func:`load_qa`): the answerable questions of the ``train`` split by default (the
+decomposition-attribution paper's qa set has 40k samples; SQuAD v2's validation split holds only 5,928 answerable
+questions, its train split 86,821), in a seeded random order (``numpy.random.default_rng(seed).permutation`` over
+the kept samples in file order, ``seed`` = ``task.options.seed``, default :data:`QA_ORDER_SEED`), so the first
+``limit`` form a uniform random sample; ``split=validation`` reads the validation split the same way. Saved
+evidence records keep their file order (a selection already made). Each answerable question becomes an
 :class:`~palrp_bench.data.evidence_common.EvidenceSample` with the paragraph as ``context``; evidence = the first
 answer's span ``[answer_start, answer_start + len(text))`` in the context (a span whose text is not the answer is
 dropped, ``evidence_mismatch``). The paper gives no prompt, foil or correctness rule; ours:
@@ -72,11 +77,14 @@ OFFICIAL_FILES: dict[str, str] = {"train": "train-v2.0.json", "validation": "dev
 #: Fields of a flat row.
 SQUAD_COLUMNS: tuple[str, ...] = ("id", "title", "context", "question", "answers")
 DEFAULT_SPLIT = "validation"
+#: the split of the evidence benchmark's qa task (:func:`load_qa`) and the seed of its random order
+QA_DEFAULT_SPLIT = "train"
+QA_ORDER_SEED = 0
 #: the seed of the AttnLRP protocol's random order of the answerable questions (:func:`load_squad_attnlrp`)
 ATTNLRP_ORDER_SEED = 0
 
 __all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "load_squad_attnlrp", "OFFICIAL_FILES",
-           "ATTNLRP_ORDER_SEED", "normalize_answer", "squad_exact_match"]
+           "ATTNLRP_ORDER_SEED", "QA_DEFAULT_SPLIT", "QA_ORDER_SEED", "normalize_answer", "squad_exact_match"]
 
 
 def _how_to_get(split: str) -> str:
@@ -125,6 +133,10 @@ def _squad_rows(path: str | Path | None, split: str) -> tuple[Iterable[dict], st
         dataset = load_hub_dataset(HF_NAME, None, split=split, what="SQuAD v2", how_to_get=how)
         return hub_records(dataset, name=HF_NAME, how_to_get=how), "squad_hub"
     local = Path(path).expanduser()
+    other = next((name for name, file in OFFICIAL_FILES.items() if name != split and local.name == file), None)
+    if local.is_file() and other is not None:
+        raise BadInputError(f"{local} is SQuAD v2's {other} file, but the task reads split={split}",
+                            f"set task.options.split={other}, or pass {OFFICIAL_FILES[split]}")
     official = _official_file(local, split)
     if official is not None:
         try:
@@ -206,12 +218,21 @@ def _qa_candidates(rows: Iterable[dict], split: str, source: str) -> Iterator[Ev
                                  context=context, question=str(row["question"]), meta=meta)
 
 
-def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None) -> EvidencePool:
-    """The first ``limit`` kept qa samples of SQuAD v2 ``split`` (module docstring), drops counted
-    (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``path`` may also be saved evidence records."""
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    return int(seed)
+
+
+def load_qa(path: str | Path | None = None, split: str = QA_DEFAULT_SPLIT, limit: int | None = None,
+            seed: int = QA_ORDER_SEED) -> EvidencePool:
+    """The first ``limit`` kept qa samples of SQuAD v2 ``split`` in the seeded random order (module docstring), drops
+    counted over the whole split (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``path`` may also be
+    saved evidence records (read in file order)."""
     check_limit(limit)
     if split not in OFFICIAL_FILES:
         raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
+    seed = _check_seed(seed)
     if path is not None:
         local = Path(path).expanduser()
         if local.is_file() and local.suffix == ".jsonl":
@@ -222,14 +243,20 @@ def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: i
                                     what=f"qa file {local}", source="evidence_jsonl")
     rows, source = _squad_rows(path, split)
     answerable = (row for row in rows if squad_answers(row)[0])
-    return collect_pool(_qa_candidates(answerable, split, source), limit, what="SQuAD v2", source=source)
+    pool = collect_pool(_qa_candidates(answerable, split, source), None, what="SQuAD v2", source=source)
+    order = np.random.default_rng(seed).permutation(len(pool))[:limit]
+    for i in order:
+        pool[int(i)].meta["order_seed"] = seed
+    return EvidencePool([pool[int(i)] for i in order], pool.dropped, source)
 
 
 @register_dataset("qa")
 def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
-    check_options(options, ("split",), "qa")
-    return load_qa(path, split=str(options.get("split", DEFAULT_SPLIT)), limit=limit)
+    """``task.dataset=qa``: options ``split`` (``train``, the default, or ``validation``) and ``seed`` (the random
+    order, default :data:`QA_ORDER_SEED`)."""
+    check_options(options, ("split", "seed"), "qa")
+    return load_qa(path, split=str(options.get("split", QA_DEFAULT_SPLIT)), limit=limit,
+                   seed=options.get("seed", QA_ORDER_SEED))
 
 
 def _check_flag(value, name: str) -> bool:
@@ -245,8 +272,7 @@ def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLI
     check_limit(limit)
     if split not in OFFICIAL_FILES:
         raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    seed = _check_seed(seed)
     answerable_only = _check_flag(answerable_only, "answerable_only")
     rows, source = _squad_rows(path, split)
     kept: list[EvidenceSample] = []

@@ -64,8 +64,11 @@ def pool_size(task, constants: CostConstants) -> int | None:
         from ..data.synthetic_evidence import DEFAULT_N
 
         size = int(options.get("n", DEFAULT_N))
-    elif dataset == "qa" and options.get("split", "validation") != "validation":
-        size = constants.pool_sizes.get(f"qa/{options['split']}")
+    elif dataset == "qa":
+        from ..data.squad import QA_DEFAULT_SPLIT
+
+        split = options.get("split", QA_DEFAULT_SPLIT)
+        size = constants.pool_sizes.get("qa" if split == "validation" else f"qa/{split}")
     elif dataset == "imagenet":
         subset = options.get("subset", "protocol5000")
         size = (PROTOCOL_SUBSET_SIZE if subset == "protocol5000" else IMAGENET_VAL_SIZE if subset == "all"

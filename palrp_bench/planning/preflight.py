@@ -51,7 +51,8 @@ LOCAL_COPIES = {"arc": "<arc> (a folder holding ARC-Easy/train-*.parquet and tes
                 "wikipedia": "<wikipedia> (20231101.en/train-00000-of-00041.parquet)",
                 "ra": "<blimp> (anaphor_number_agreement.jsonl, or a folder holding "
                       "anaphor_number_agreement/train-*.parquet)",
-                "qa": "<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)"}
+                "qa": "<squad> (train-v2.0.json, or a folder holding squad_v2/train-*.parquet; "
+                      "task.options.split=validation: dev-v2.0.json)"}
 #: the Hugging Face copy of IMDB (``task.options.source=hf`` without ``task.path``)
 HUB_IMDB = "stanfordnlp/imdb"
 #: hub datasets read by streaming: the loader never fills the local cache, so offline they need ``task.path``

@@ -171,12 +171,22 @@ def test_squad_reading_both_formats_answerable_only():
     assert [r["id"] for r in iter_squad(FIXTURES, "validation")] == [r["id"] for r in nested]  # folder: official name
 
 
+def _in_file_order(pool):
+    ids = [r["id"] for r in iter_squad(SQUAD_JSON)]
+    return sorted(pool, key=lambda s: ids.index(s.sample_id[3:]))
+
+
 def test_qa_samples_prompt_foil_and_drops():
-    pool = load_qa(SQUAD_JSON)
+    pool = load_qa(SQUAD_JSON, split="validation")
     assert pool.source == "squad_json" and pool.dropped == {"no_foil": 3}  # "their ..." twice, a lone question
-    assert [(s.target, s.foil) for s in pool] == [("France", "10th"), ("10th", "Denmark"), ("Denmark", "raiders"),
-                                                  ("raiders", "France"), ("significant", "algorithm"),
-                                                  ("algorithm", "significant")]
+    in_file = _in_file_order(pool)
+    assert [(s.target, s.foil) for s in in_file] == [("France", "10th"), ("10th", "Denmark"), ("Denmark", "raiders"),
+                                                     ("raiders", "France"), ("significant", "algorithm"),
+                                                     ("algorithm", "significant")]
+    order = np.random.default_rng(0).permutation(6)            # the seeded order over the kept samples
+    assert [s.sample_id for s in pool] == [in_file[i].sample_id for i in order]
+    assert all(s.meta["order_seed"] == 0 and s.meta["split"] == "validation" for s in pool)
+    pool = in_file
     for s in pool:
         _check_record(s)
         assert s.evidence_words == [s.meta["answer"]]
@@ -186,9 +196,30 @@ def test_qa_samples_prompt_foil_and_drops():
         a, b = rendered.regions["context"]
         assert rendered.text[a:b] == s.context and rendered.text[slice(*rendered.regions["question"])] == s.question
     assert pool[1].evidence_words == ["10th and 11th centuries"] and pool[0].meta["foil_id"] == pool[1].sample_id[3:]
-    flat = load_dataset("qa", path=str(FIXTURES / "squad_v2"))
-    assert flat.source == "squad_rows" and [s.to_json() | {"meta": None} for s in flat] == [
+    flat = load_dataset("qa", path=str(FIXTURES / "squad_v2"), options={"split": "validation"})
+    assert flat.source == "squad_rows" and [s.to_json() | {"meta": None} for s in _in_file_order(flat)] == [
         s.to_json() | {"meta": None} for s in pool]
+
+
+def test_qa_reads_the_train_split_by_default_in_a_seeded_order(tmp_path):
+    """The default split is train (the paper's 40k qa samples; validation has 5,928 answerable questions): the
+    official train file, a folder holding it, or the hub's train rows; a limit takes a prefix of the seeded order,
+    another seed another order; the validation file under split=train is a one-line error naming the fix."""
+    train = tmp_path / "train-v2.0.json"
+    train.write_text(SQUAD_JSON.read_text())
+    pool = load_qa(train)
+    assert len(pool) == 6 and all(s.meta["split"] == "train" for s in pool)
+    assert [s.sample_id for s in load_dataset("qa", path=str(tmp_path), limit=3)] == pool.sample_ids[:3]
+    other = load_dataset("qa", path=str(train), options={"seed": 1})
+    assert sorted(other.sample_ids) == sorted(pool.sample_ids) and other.sample_ids != pool.sample_ids
+    rows = tmp_path / "rows" / "squad_v2"
+    rows.mkdir(parents=True)
+    (rows / "train-00000-of-00001.parquet").write_bytes(
+        (FIXTURES / "squad_v2" / "validation-00000-of-00001.parquet").read_bytes())
+    assert load_qa(rows.parent).sample_ids == pool.sample_ids and load_qa(rows.parent).source == "squad_rows"
+    with pytest.raises(BadInputError, match="dev-v2.0.json is SQuAD v2's validation file") as err:
+        load_qa(SQUAD_JSON)
+    assert "task.options.split=validation" in err.value.fix
 
 
 def test_paragraph_foils_rule():
@@ -207,7 +238,7 @@ def _misplaced_first_answer(tmp_path) -> Path:
 
 
 def test_qa_mismatched_answer_start_is_dropped(tmp_path):
-    pool = load_qa(_misplaced_first_answer(tmp_path))
+    pool = load_qa(_misplaced_first_answer(tmp_path), split="validation")
     assert pool.dropped == {"no_foil": 3, "evidence_mismatch": 1} and len(pool) == 5
 
 
@@ -215,7 +246,9 @@ def test_qa_errors(tmp_path):
     bad = tmp_path / "validation.jsonl"
     bad.write_text(json.dumps({"id": "1", "context": "x", "question": "y"}) + "\n")
     with pytest.raises(BadInputError, match=r"lacks the fields \['answers'\]"):
-        load_qa(bad)
+        load_qa(bad, split="validation")
+    with pytest.raises(BadInputError, match="seed must be"):
+        load_qa(SQUAD_JSON, split="validation", seed=-1)
     with pytest.raises(BadInputError, match="split"):
         load_qa(SQUAD_JSON, split="test")
     with pytest.raises(BadInputError, match="unknown option"):
@@ -230,7 +263,7 @@ def test_qa_errors(tmp_path):
 def test_saved_records_round_trip(tmp_path, task):
     pool = {"sva": lambda: load_sva(FIXTURES / "agr_50_mostcommon_10K.tsv"),
             "ra": lambda: load_ra(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv"),
-            "qa": lambda: load_qa(SQUAD_JSON)}[task]()
+            "qa": lambda: load_qa(SQUAD_JSON, split="validation")}[task]()
     path = save_evidence_jsonl(pool, tmp_path / f"{task}.jsonl")
     again = load_dataset(task, path=str(path), limit=3)
     assert [s.to_json() for s in again] == [s.to_json() for s in pool[:3]] and again.source == "evidence_jsonl"
