@@ -3,6 +3,7 @@ accepted format (tests/data/fixtures_text/evidence), the drops, the spaCy builde
 the character-span to token mapping under word-level, byte-level BPE and WordPiece tokenizers built here."""
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -114,26 +115,63 @@ RA_EXPECTED = [("Susan revealed", "herself", "themselves", ["Susan"]),
                ("All senators listened to", "themselves", "itself", ["senators"])]
 
 
-def test_ra_blimp_with_targets_csv():
-    pool = load_ra(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv")
+#: the phrase evidence of the same rows: the noun chunk of the parse (spaCy's English chunks stop "A lot of girls" at
+#: "A lot"), Ferrando et al.'s target_phrase in their CSV
+RA_PHRASES = [["Susan"], ["Many teenagers"], ["A lot"], ["Renee"], ["The Borgias"], ["All senators"]]
+CSV_PHRASES = [["Susan"], ["Many teenagers"], ["A lot of girls"], ["Renee"], ["All senators"]]
+
+
+@pytest.mark.parametrize("evidence", ["head", "phrase"])
+def test_ra_blimp_with_targets_csv(evidence):
+    pool = load_dataset("ra", path=str(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv"),
+                        options={"evidence": evidence})
     expected = [e for e in RA_EXPECTED if e[3] != ["Borgias"]]  # its target is NA: dropped
-    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == expected
+    words = [e[3] for e in expected] if evidence == "head" else CSV_PHRASES
+    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == [(*e[:3], w)
+                                                                            for e, w in zip(expected, words)]
     assert pool.dropped == {"empty_evidence": 1}
     assert [s.sample_id for s in pool] == [f"ra-anaphor_number_agreement-{i}" for i in (0, 1, 2, 3, 5)]
     for s in pool:
         _check_record(s)
-        assert s.suffix == "." and s.meta["evidence_source"] == "file:target"
+        assert s.suffix == "." and s.meta["evidence_unit"] == evidence
+        assert s.meta["evidence_source"] == ("file:target" if evidence == "head" else "file:target_phrase")
 
 
+@pytest.mark.parametrize("evidence", ["head", "phrase"])
 @pytest.mark.parametrize("layout", ["jsonl", "folder", "hub_parquet"])
-def test_ra_blimp_jsonl_and_hub_parquet_with_a_parse(monkeypatch, layout):
+def test_ra_blimp_jsonl_and_hub_parquet_with_a_parse(monkeypatch, layout, evidence):
     monkeypatch.setattr(ep, "parse", _fake_pipe)
     path = {"jsonl": FIXTURES / "anaphor_number_agreement.jsonl", "folder": FIXTURES,
             "hub_parquet": FIXTURES / "blimp"}[layout]
-    pool = load_dataset("ra", path=str(path))
-    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == RA_EXPECTED
+    pool = load_dataset("ra", path=str(path), options={"evidence": evidence})
+    words = [e[3] for e in RA_EXPECTED] if evidence == "head" else RA_PHRASES
+    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == [(*e[:3], w)
+                                                                            for e, w in zip(RA_EXPECTED, words)]
     assert [s.sentence for s in pool] == [r["sentence_good"] for r in _blimp_rows()]
     assert all(s.meta["evidence_source"] == "parser:spacy/en_core_web_sm" for s in pool)
+
+
+def test_ra_defaults_to_the_phrase_and_maps_it_to_every_token_of_the_phrase(monkeypatch):
+    """The default ra evidence is the antecedent's noun phrase; through the evidence task's tokenisation every token
+    of the phrase is evidence (word-level, byte-level BPE and WordPiece tokenizers)."""
+    from palrp_bench.evaluation.tasks.evidence import prepare_evidence
+
+    monkeypatch.setattr(ep, "parse", _fake_pipe)
+    pool = load_dataset("ra", path=str(FIXTURES / "anaphor_number_agreement.jsonl"))
+    assert [s.evidence_words for s in pool] == RA_PHRASES and pool[1].meta["evidence_unit"] == "phrase"
+    for build in (_word_level, _byte_bpe, _wordpiece):
+        tok = build()
+        head = "masked" if tok.mask_token else "causal"
+        sample = replace(pool[1], target="are", foil="table")   # words the tiny tokenizers know (the mapping is tested)
+        (prepared,), dropped = prepare_evidence([sample], tok, head, None)
+        text = render(sample, head, tok.mask_token).text
+        offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+        marked = [(a, b) for (a, b), e in zip(offsets, prepared.evidence) if e]
+        words = [(a, b) for a, b in offsets if b > a and a < len("Many teenagers")]
+        assert len(marked) >= 2 and marked == words, build.__name__          # every token of the phrase, no other
+        assert text[marked[0][0]:marked[-1][1]].strip().lower() == "many teenagers", build.__name__
+    with pytest.raises(BadInputError, match="unknown ra evidence"):
+        load_dataset("ra", path=str(FIXTURES / "anaphor_number_agreement.jsonl"), options={"evidence": "word"})
 
 
 def test_ra_hub_parquet_has_no_one_prefix_fields():
@@ -382,10 +420,18 @@ class _Tok(SimpleNamespace):
     pass
 
 
-def _doc(words, deps, heads, text=None):
-    """A hand-made parse (spaCy's token attributes): ``heads`` are indices, the root points at itself."""
+class _Doc(list):
+    """A hand-made spaCy doc: its tokens, and ``noun_chunks`` spans (``start``, ``end`` token indices, end exclusive;
+    ``start_char``, ``end_char``)."""
+
+    noun_chunks: list
+
+
+def _doc(words, deps, heads, text=None, chunks=()):
+    """A hand-made parse (spaCy's token attributes): ``heads`` are indices, the root points at itself; ``chunks``
+    the noun chunks as ``(start, end)`` token ranges."""
     text = text if text is not None else " ".join(words)
-    tokens, pos = [], 0
+    tokens, pos = _Doc(), 0
     for i, (w, d) in enumerate(zip(words, deps)):
         pos = text.index(w, pos)
         tokens.append(_Tok(i=i, idx=pos, text=w, dep_=d))
@@ -394,6 +440,8 @@ def _doc(words, deps, heads, text=None):
         t.head = tokens[h]
     for t in tokens:
         t.children = [c for c in tokens if c.head is t and c is not t]
+    tokens.noun_chunks = [SimpleNamespace(start=a, end=b, start_char=tokens[a].idx,
+                                          end_char=tokens[b - 1].idx + len(tokens[b - 1].text)) for a, b in chunks]
     return tokens
 
 
@@ -416,7 +464,13 @@ def _fake_parse(text):
         elif i != verb and heads[i] == i:
             heads[i] = verb
     deps[verb] = "ROOT"
-    return _doc(words, deps, heads, text=text)
+    # noun chunks as spaCy's English iterator forms them: a subject with the determiners / modifiers before it
+    chunks = []
+    for i, w in enumerate(words):
+        if deps[i] == "nsubj":
+            start = i - 1 if i > 0 and words[i - 1] in ("Many", "A", "The", "All") else i
+            chunks.append((start, i + 1))
+    return _doc(words, deps, heads, text=text, chunks=chunks)
 
 
 def _fake_pipe(texts, model=ep.SPACY_MODEL, batch_size=256):
@@ -445,8 +499,22 @@ def test_sva_subject_through_auxiliary_and_limits():
 def test_ra_antecedent_goes_up_through_prepositions():
     doc = _doc(["Girls", "talked", "to", "themselves"], ["nsubj", "ROOT", "prep", "pobj"], [1, 1, 1, 2])
     assert ep.ra_antecedent_span(doc, 16, 15) == (0, 5)
+    assert ep.ra_antecedent_span(doc, 16, 15, "phrase") == (0, 5)  # in no chunk: the head word
     orphan = _doc(["themselves"], ["ROOT"], [0])
     assert ep.ra_antecedent_span(orphan, 0, 0) is None
+
+
+def test_ra_phrase_is_the_noun_chunk_holding_the_antecedent():
+    words = ["The", "old", "kings", "near", "the", "tower", "hurt", "themselves"]
+    doc = _doc(words, ["det", "amod", "nsubj", "prep", "det", "pobj", "ROOT", "dobj"], [2, 2, 6, 2, 5, 3, 6, 6],
+               chunks=[(0, 3), (4, 6)])
+    text = " ".join(words)
+    reflexive = text.index("themselves")
+    assert ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "head") == (8, 13)             # "kings"
+    assert ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "phrase") == (0, 13)           # "The old kings"
+    assert ep.ra_antecedent_span(doc, reflexive, 10, "phrase") is None                         # ends after the limit
+    with pytest.raises(ValueError, match="unknown ra evidence"):
+        ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "sentence")
 
 
 def test_load_parser_refuses_in_one_line_without_spacy_or_its_model():
@@ -475,6 +543,10 @@ def test_span_logic_on_a_real_spacy_doc():
     doc = Doc(vocab, words=["Girls", "talked", "to", "themselves", "."], heads=[1, 1, 1, 2, 1],
               deps=["nsubj", "ROOT", "prep", "pobj", "punct"])
     assert ep.ra_antecedent_span(doc, 16, 15) == (0, 5)
+    # spaCy's own English noun-chunk iterator on a parse with POS tags: "Many teenagers"
+    doc = Doc(vocab, words=["Many", "teenagers", "were", "helping", "themselves", "."], heads=[1, 3, 3, 3, 3, 3],
+              deps=["amod", "nsubj", "aux", "ROOT", "dobj", "punct"], pos=["ADJ", "NOUN", "AUX", "VERB", "PRON", "PUNCT"])
+    assert ep.ra_antecedent_span(doc, 28, 27, "phrase") == (0, 14)
 
 
 def test_every_evidence_dataset_is_registered():
