@@ -39,8 +39,9 @@ Definitions (paper section 4.2; ``n`` = valid tokens of the row, ``E`` = its evi
 
 Ties (PG and MRR only; ``ties=``):
 
-* ``official``: as the code of Ferrando et al. (2023) that the paper uses. PG takes the *first* arg-max (lowest
-  position among the valid tokens). MRR ranks with ``scipy.stats.rankdata(s, method="dense")``: the rank of a
+* ``official``: MRR as the code of Ferrando et al. (2023) that the paper uses; that code has no pointing game, so
+  PG's rule is this project's choice: the *first* arg-max (lowest position among the valid tokens, what
+  ``argmax`` returns). MRR ranks with ``scipy.stats.rankdata(s, method="dense")``: the rank of a
   token is ``n - dense_ascending_rank + 1``. Every tie at or below the best evidence score lowers it, not only
   ties at the top: with ``d_below`` distinct values among the ``below`` tokens scoring less than the best evidence
   token, ``above`` tokens scoring more and ``m`` tied with it, the rank is ``above + m + (below - d_below)``, the
@@ -191,7 +192,8 @@ def _sorted_valid(s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch
 def pointing_game(scores, evidence, valid, ties: str = "official") -> torch.Tensor:
     """Pointing game per sample, float64 ``[B]`` (paper section 4.2: 1 if the top token is evidence).
 
-    ``ties="official"``: the first arg-max among the valid tokens decides (0 or 1). ``ties="corrected"``: the
+    ``ties="official"``: the first arg-max among the valid tokens decides (0 or 1; our rule: Ferrando et al.'s code,
+    which the published MRR follows, has no pointing game). ``ties="corrected"``: the
     expectation over random orders of the tokens tied at the maximum, i.e. the share of evidence tokens among them.
     Module docstring for the arguments and the NaN rule.
     """
@@ -356,7 +358,7 @@ def _variants(with_ties: bool) -> tuple[str, ...]:
 
 
 _CONVENTION = "100 x the sample mean of the per-sample value in [0, 1]"
-_TIES_NOTE = ("; variant <mask> ties as the official code (first arg-max / dense ranks), "
+_TIES_NOTE = ("; variant <mask> ties by the first arg-max (PG, our rule) / dense ranks (MRR, the official code), "
               "<mask>_corrected_ties the exact expectation over random orders of tied tokens")
 for _name, _description, _ties in (
         ("pg", "pointing game: the top-scoring evaluated token is evidence", True),
