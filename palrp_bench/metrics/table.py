@@ -135,7 +135,8 @@ def confidence_interval(samples: MetricSamples, confidence: float = 0.95, n_resa
                         seed: int = 0) -> tuple[float, float, str]:
     """``(low, high, note)`` of the BCa bootstrap interval of ``samples.value()`` (``scipy.stats.bootstrap``; all
     components of a sample are resampled together). Samples that are all equal give the value as a zero-width
-    interval with a note (BCa is undefined there); fewer than 2 samples give NaN with a note, and so does an interval
+    interval with a note (BCa is undefined there); fewer than 2 samples give NaN with a note, a value the metric
+    leaves undefined (``MetricSpec.undefined``) gives NaN with that reason, and so does an interval
     that does not contain the estimate (an unstable statistic, e.g. a share whose denominator changes sign across
     resamples, where no bootstrap interval means anything)."""
     from scipy import stats
@@ -144,6 +145,8 @@ def confidence_interval(samples: MetricSamples, confidence: float = 0.95, n_resa
     n = comps.shape[0]
     if n < 2:
         return float("nan"), float("nan"), "fewer than 2 samples: no interval"
+    if samples.spec.undefined and not np.isfinite(samples.value()):
+        return float("nan"), float("nan"), samples.spec.undefined  # a quantity without a value (MetricSpec.undefined)
     equal = np.all((comps == comps[0]) | (np.isnan(comps) & np.isnan(comps[0])))
     if equal:
         value = samples.value()

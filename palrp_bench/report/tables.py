@@ -72,10 +72,12 @@ class Notes:
 
 def interval_text(row, notes: Notes) -> str:
     """``value [low, high]`` of a ``metrics.csv`` row (the interval is lopsided in general, so both ends are
-    printed), with a note marker when the interval has zero width or is missing."""
+    printed), with a note marker when the interval has zero width or is missing; a missing value with a note is a
+    quantity the metric leaves undefined there (``MetricSpec.undefined``): ``undefined`` and its marker."""
     value, low, high = row["value"], row["ci_low"], row["ci_high"]
     if not (isinstance(value, (int, float)) and math.isfinite(value)):
-        return "-"
+        note = row.get("note")
+        return "undefined" + notes.mark(note) if isinstance(note, str) and note.strip() else "-"
     text = f"{fmt(value)} [{fmt(low)}, {fmt(high)}]" if math.isfinite(low) and math.isfinite(high) else fmt(value)
     return text + notes.mark(row.get("note"))
 
