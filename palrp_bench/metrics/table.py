@@ -98,10 +98,12 @@ def _frame_with_cells(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def _components(rows: pd.DataFrame, spec: MetricSpec, inputs: tuple[str, ...], ids: np.ndarray) -> np.ndarray:
+    """``[len(ids), k]``: the first finite value of each (sample, step) of a curve or (sample, input) of a pooled
+    metric (a ``pivot_table(aggfunc="first")``, written as a groupby, which is several times faster)."""
+    column = "step" if spec.curve else "metric"
+    wide = rows.groupby(["sample_id", column], sort=True)["value"].first().unstack(column)
     if spec.curve:
-        wide = rows.pivot_table(index="sample_id", columns="step", values="value", aggfunc="first", dropna=False)
         return wide.reindex(ids).to_numpy(dtype=np.float64)
-    wide = rows.pivot_table(index="sample_id", columns="metric", values="value", aggfunc="first", dropna=False)
     return wide.reindex(index=ids, columns=list(inputs)).to_numpy(dtype=np.float64)
 
 
@@ -115,10 +117,14 @@ def metric_samples(results: pd.DataFrame) -> list[MetricSamples]:
         cell = dict(zip(CELL_COLUMNS, key))
         for col in CELL_JOINED_COLUMNS:
             cell[col] = ",".join(sorted({v for v in cell_df[col] if v}))
-        n_bad = int(cell_df.loc[cell_df["metric"] == NONFINITE_METRIC, "sample_id"].nunique())
+        by_metric = dict(tuple(cell_df.groupby("metric", sort=False)))  # one pass, not one scan per source
+        n_bad = int(by_metric[NONFINITE_METRIC]["sample_id"].nunique()) if NONFINITE_METRIC in by_metric else 0
         for spec in metric_specs().values():
             for source in spec.sources:
-                rows = cell_df[cell_df["metric"].isin(source.inputs)]
+                present = [by_metric[m] for m in source.inputs if m in by_metric]
+                if not present:
+                    continue
+                rows = pd.concat(present) if len(present) > 1 else present[0]
                 if source.raw_variant is not None:
                     rows = rows[rows["variant"] == source.raw_variant]
                 for raw_variant, vdf in rows.groupby("variant", sort=True):
