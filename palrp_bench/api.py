@@ -17,9 +17,9 @@ from .lrp.attribution import absorbed_relevance, attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
 from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
-from .methods.pixel_aggregation import signed_pixel_map
+from .methods.pixel_aggregation import patch_positional, signed_pixel_map
 from .methods.registry import get_method
-from .methods.token_aggregation import aggregate_tokens, check_embeddings, embeddings_switch_applies
+from .methods.token_aggregation import aggregate_tokens, check_embeddings, embeddings_switch_applies, token_terms
 from .models.registry import TWINS, twin_for
 from .protocol import check_protocol
 
@@ -201,15 +201,21 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
                                   positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"],
                                   multi_sink=twin.positional.multi_sink,
                                   full_embeddings=switched and embeddings == "full")
+        terms = token_terms(m, aggregation, semantic=parts["semantic"], semantic_relu=parts["semantic_relu"],
+                            positional=parts["positional"], positional_relu=parts["positional_relu"],
+                            positional_shared_relu=parts["positional_shared_relu"],
+                            multi_sink=twin.positional.multi_sink)
+        semantic_term, positional_term = (torch.where(parts["valid"], t, torch.zeros_like(t)) for t in terms)
         extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
-                  "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
+                  "positional_shared_relu": parts["positional_shared_relu"], "semantic_term": semantic_term,
+                  "positional_term": positional_term, **parts["extras"]}
         if switched:
             extras["embeddings"] = embeddings
     else:
         signed = signed_pixel_map(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
                                   patch_size=twin.patch_size)
         scores = signed.clamp(min=0)
-        extras = {**parts["extras"], "scores_signed": signed}
+        extras = {**parts["extras"], "scores_signed": signed, "positional_term": patch_positional(m, parts["positional"])}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
     extras.update(forward_passes=one_pass, backward_passes=one_pass.clone(), stabilizers=stab.name,
                   absorbed=absorbed_relevance(attribution, twin.starting_relevance))

@@ -39,6 +39,13 @@ the explained position (T5: the decoder position). With a learned position table
 
     * ``extras["scores_signed"]`` ``[B, H, W]``: the map before the final ReLU (protocols that order pixels by
       signed relevance read it).
+    * ``extras["positional_term"]`` ``[B, Hp, Wp]``: the per-patch positional term the method adds to the semantic
+      map before painting (``positional`` itself for a learned PE; RoPE sinks reduced as the method reduces them).
+
+    LRP methods on language models also return the two per-token terms their aggregation combines,
+    ``extras["semantic_term"]`` and ``extras["positional_term"]`` ``[B, T]`` (official: the signed ``semantic`` and
+    ``sum_k (|pcos| + |psin|)`` or its signed ablation; eq11: the ReLU sums; 0 at padding;
+    :func:`palrp_bench.methods.token_aggregation.token_terms`): what the HTML report shows per token.
 
     Common: ``logit`` ``[B]`` the explained value (the target logit; with a foil the difference
     ``logit[target] - logit[foil]``), ``target`` ``[B]`` the explained index, ``extras["foil"]`` ``[B]`` the foil

@@ -358,8 +358,9 @@ class T5Twin(TextTwin):
           divides both by the largest score of either);
         * ``extras["relative_bias_query"]`` / ``["relative_bias_key"]`` ``[B, Le, Te]`` and
           ``["decoder_relative_bias_query"]`` / ``["decoder_relative_bias_key"]`` ``[B, Ld, Td]``: the two sides
-          apart; ``["semantic_relu"]``, ``["positional_relu"]``, ``["positional_shared_relu"]`` of the encoder and
-          their ``decoder_*`` twins (paper Eq. 11 parts); ``["explained_index"]`` the explained decoder position,
+          apart; ``["semantic_relu"]``, ``["positional_relu"]``, ``["positional_shared_relu"]``,
+          ``["semantic_term"]``, ``["positional_term"]`` of the encoder and their ``decoder_*`` twins (paper Eq. 11
+          parts, the aggregation's per-token terms); ``["explained_index"]`` the explained decoder position,
           ``["decoder_attention_mask"]``.
 
         Accounting (float64, exact rules): ``logit = semantic.sum() + decoder_semantic.sum() + positional.sum() +
@@ -380,6 +381,9 @@ class T5Twin(TextTwin):
         extras["decoder_positional_relu"], extras["positional_relu"] = dec(x[:, le:]), enc(x[:, :le])
         x = extras["positional_shared_relu"]
         extras["decoder_positional_shared_relu"], extras["positional_shared_relu"] = dec(x), enc(x)
+        for name in ("semantic_term", "positional_term"):  # per token, over both stacks' tokens
+            if name in extras:
+                extras[f"decoder_{name}"], extras[name] = dec(extras[name]), enc(extras[name])
         extras.update(decoder_scores=dec(e.scores), decoder_semantic=dec(e.semantic),
                       decoder_positional=dec(e.positional[:, le:]))
         return Explanation(scores=enc(e.scores), semantic=enc(e.semantic), positional=enc(e.positional[:, :le]),

@@ -108,6 +108,21 @@ class TaskAdapter(Protocol):
     def evaluate(self, bundle, samples: list, ctx: JobContext, metrics: tuple[str, ...]) -> list[SampleResult]: ...
 
 
+def explorer_arrays(extras: dict, j: int, n: int | None = None, label=None) -> dict[str, np.ndarray]:
+    """What the HTML report's sample explorer reads beside a sample's cached scores (docs/evaluation.md, "Cached
+    explanations"): the aggregation's per-token or per-patch parts ``semantic_term`` / ``positional_term``
+    (``Explanation.extras``; sample ``j``, its first ``n`` tokens; LRP methods only) and the gold ``label`` as text
+    (when the sample has one). Nothing here enters a metric."""
+    out = {}
+    for name in ("semantic_term", "positional_term"):
+        if name in extras:
+            value = extras[name][j]
+            out[name] = (value[:n] if n is not None else value).detach().float().cpu().numpy()
+    if label is not None:
+        out["label"] = np.asarray(str(label))
+    return out
+
+
 def nonfinite_result(sample_id: str, info: dict | None = None) -> SampleResult:
     """The record of a sample whose relevance contains NaN or inf."""
     return SampleResult(sample_id, [(NONFINITE_METRIC, NO_VARIANT, SCALAR, 1.0)], dict(info or {}, nonfinite=True))

@@ -51,7 +51,7 @@ from ...data.registry import load_dataset
 from ...errors import BadInputError
 from ...metrics.evidence import evidence_rows
 from . import register_task
-from .base import JobContext, SampleResult, nonfinite_result, pad_id
+from .base import JobContext, SampleResult, explorer_arrays, nonfinite_result, pad_id
 
 __all__ = ["EvidenceAdapter", "PreparedEvidence", "ADAPTER_DROPS", "prepare_evidence", "evaluation_masks",
            "word_token", "model_head", "max_positions", "score_dtype"]
@@ -306,7 +306,7 @@ class EvidenceAdapter:
                            "evidence": np.asarray(sample.evidence), "special": np.asarray(sample.special),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
+                           "stabilizers": np.asarray(rel.extras["stabilizers"]), **explorer_arrays(rel.extras, j, n)})
         return scores, infos, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=("evidence",)) -> list[SampleResult]:

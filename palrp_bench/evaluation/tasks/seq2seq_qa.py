@@ -48,7 +48,7 @@ from ...metrics.evidence import IOU_METRIC, positive_iou, top_answer_iou
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, seq2seq_token_logit_curves
 from . import register_task
-from .base import SampleResult, nonfinite_result, pad_id
+from .base import SampleResult, explorer_arrays, nonfinite_result, pad_id
 
 __all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "IOU_READINGS", "encode_qa", "prompt_lengths"]
 
@@ -166,7 +166,7 @@ class Seq2SeqQAAdapter:
                            "tokens": np.asarray([str(t) for t in tokens]), "context": context[j, :n].numpy(),
                            "answer_span": answer[j, :n].numpy(), "logit": np.asarray(float(rel.logit[j])),
                            "explained": np.asarray(int(rel.target[j])), "rules": np.asarray(rel.rules),
-                           "aggregation": np.asarray(rel.aggregation)})
+                           "aggregation": np.asarray(rel.aggregation), **explorer_arrays(rel.extras, j, n)})
         finite = torch.isfinite(scores).all(-1)
         ok = [j for j in range(len(samples)) if bool(finite[j])]
         areas = {}

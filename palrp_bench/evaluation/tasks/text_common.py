@@ -36,7 +36,7 @@ from ...data.text_common import real_token_count
 from ...metrics.auc import NLP_FRACTIONS
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
-from .base import JobContext, SampleResult, nonfinite_result, pad_id
+from .base import JobContext, SampleResult, explorer_arrays, nonfinite_result, pad_id
 
 __all__ = ["TextAdapter"]
 
@@ -129,7 +129,8 @@ class TextAdapter:
                            "tokens": np.asarray([str(t) for t in tokens]),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.extras["stabilizers"])})
+                           "stabilizers": np.asarray(rel.extras["stabilizers"]),
+                           **explorer_arrays(rel.extras, j, n_real, sample.label)})
         return scores, infos, arrays
 
     def evaluate(self, bundle, samples, ctx, metrics=("nlp_perturbation",)) -> list[SampleResult]:

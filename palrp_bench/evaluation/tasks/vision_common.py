@@ -41,7 +41,7 @@ from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
 from ...metrics.segmentation import segmentation_counts
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
-from .base import JobContext, SampleResult, nonfinite_result
+from .base import JobContext, SampleResult, explorer_arrays, nonfinite_result
 
 __all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
 
@@ -127,7 +127,8 @@ class VisionAdapter:
             for i in range(len(samples)):
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
                 item.update(semantic=rel.semantic[i].float().numpy(), positional=rel.positional[i].float().numpy(),
-                            image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy())
+                            image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy(),
+                            **explorer_arrays(ex, i, label=samples[i].label))
                 if samples[i].mask is not None:  # the segmentation gallery outlines it
                     item["mask"] = np.asarray(samples[i].mask, dtype=np.uint8)
                 arrays.append(item)
