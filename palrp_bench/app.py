@@ -103,6 +103,8 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
 
         result = build_report([run_dir], cfg.report)
         print(result.text, file=out)
+        if cfg.runner.html:
+            _write_html(cfg, run_dir, out)
         return None
     cells = plan_cells(cfg)
     if mode == Mode.run:
@@ -174,4 +176,14 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     print(summary, file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
           f"relevance); table numbers: {merged.metrics_csv} (and metrics.json); manifest: {merged.manifest}", file=out)
+    if cfg.runner.html:
+        _write_html(cfg, run_dir, out)
     return RunOutcome(run_dir, cells, jobs, reports, merged, summary)
+
+
+def _write_html(cfg: DictConfig, run_dir: Path, out) -> None:
+    """``<run_dir>/report.html`` (``runner.html``; palrp_bench/report/html.py), its path printed."""
+    from .report.build import write_run_html
+
+    path = write_run_html(run_dir, cfg.report, max_mb=float(cfg.runner.html_max_mb))
+    print(f"report: {path} (tables, curves and a sample explorer; opens offline in a browser)", file=out)

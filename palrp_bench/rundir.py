@@ -10,6 +10,7 @@ writes these files, the report reads them, and neither needs the other's code.
   metrics.csv      the final table numbers with intervals and the published ones (METRICS_CSV_COLUMNS)
   metrics.json     the same rows per cell plus the run's summary (lm-evaluation-harness style results JSON)
   manifest.json    resolved config, versions, git commit, hardware, cells
+  report.html      tables, curves and a sample explorer in one offline page (palrp_bench/report/html.py)
   cells/<model>/<task>/<method>/   cell.json, shard stores, explanations/<sample>.npz
   logs/, invocations/, selection/, .hydra/<stamp>/ (each invocation's resolved config), multirun.yaml (a sweep)
 ```

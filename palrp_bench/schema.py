@@ -234,6 +234,10 @@ class RunnerConfig:
     log_every: int = 50
     #: save per-sample explanations (scores, semantic and positional parts) next to the shard's results
     cache_explanations: bool = True
+    #: write ``<run_dir>/report.html`` (tables, curves, sample explorer; palrp_bench/report/html.py) after the run
+    html: bool = True
+    #: most MB of cached explanations that report.html embeds (the samples past it are listed without them)
+    html_max_mb: float = 30.0
 
 
 @dataclass

@@ -32,7 +32,8 @@ import pandas as pd
 from ..rundir import CELL_COLUMNS, CELL_JOINED_COLUMNS, METRIC_COLUMNS, NONFINITE_METRIC
 from .registry import EACH_VARIANT, MetricSpec, metric_specs
 
-__all__ = ["MetricSamples", "metric_samples", "confidence_interval", "table_metrics", "INTERVAL_METHOD"]
+__all__ = ["MetricSamples", "metric_samples", "confidence_interval", "table_metrics", "wide_values",
+           "INTERVAL_METHOD"]
 
 #: how ``ci_low`` / ``ci_high`` are computed (recorded in the ``interval`` column)
 INTERVAL_METHOD = "bca_bootstrap"
@@ -97,11 +98,15 @@ def _frame_with_cells(results: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def wide_values(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Tidy rows as a ``sample_id`` x ``column`` frame of their first finite ``value`` (a
+    ``pivot_table(aggfunc="first")``, written as a groupby, which is several times faster)."""
+    return rows.groupby(["sample_id", column], sort=True)["value"].first().unstack(column)
+
+
 def _components(rows: pd.DataFrame, spec: MetricSpec, inputs: tuple[str, ...], ids: np.ndarray) -> np.ndarray:
-    """``[len(ids), k]``: the first finite value of each (sample, step) of a curve or (sample, input) of a pooled
-    metric (a ``pivot_table(aggfunc="first")``, written as a groupby, which is several times faster)."""
-    column = "step" if spec.curve else "metric"
-    wide = rows.groupby(["sample_id", column], sort=True)["value"].first().unstack(column)
+    """``[len(ids), k]``: the values of each (sample, step) of a curve or (sample, input) of a pooled metric."""
+    wide = wide_values(rows, "step" if spec.curve else "metric")
     if spec.curve:
         return wide.reindex(ids).to_numpy(dtype=np.float64)
     return wide.reindex(index=ids, columns=list(inputs)).to_numpy(dtype=np.float64)

@@ -5,6 +5,7 @@ run's ``metrics.csv`` / ``metrics.json`` with the published numbers.
 
     palrp-bench-report                       # the newest run under ./runs
     palrp-bench-report runs/2025-01-01_12-00-00 other/results.csv --confidence 0.9 --out report/
+    palrp-bench-report runs/2025-01-01_12-00-00 --html   # also report.html: tables, curves, sample explorer
 
 Also reachable as ``palrp-bench mode=report run_dir=<run>``. Errors are one line and exit code 2.
 """
@@ -40,6 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="folder of published-number CSVs (default: the paper's tables shipped with palrp-bench)")
     p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
     p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
+                   "tables, curves and a sample explorer (opens offline in any browser)")
+    p.add_argument("--html-max-mb", type=float, default=None,
+                   help="most MB of cached explanations report.html embeds (default 30; the rest is listed)")
     return p.parse_args(argv)
 
 
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = SimpleNamespace(confidence=args.confidence, n_boot=args.n_boot,
                               gallery_ids=[s for s in args.gallery_ids.split(",") if s], out_dir=args.out,
                               paper_dir=args.paper_dir)
-        result = build_report(paths, cfg, plots=not args.no_plots)
+        result = build_report(paths, cfg, plots=not args.no_plots, html=args.html, html_max_mb=args.html_max_mb)
     except PalrpError as err:
         print(f"palrp-bench-report: error: {err}", file=sys.stderr)
         return 2
