@@ -30,6 +30,9 @@ ALLOWED = {
     "attributors": {"lrp", "methods", "models"},
     "api": {"lrp", "methods", "models", "attributors"},
     "__init__": {"api"},
+    # the methods as Captum attributions (one explain call each) and as inseq methods (through them)
+    "captum": {"api", "lrp", "methods"},
+    "inseq": {"captum", "methods"},
     "evaluation": {"api", "lrp", "methods", "models", "data", "metrics", "__init__"},
     "report": {"metrics"},
     "runner": {"evaluation", "models", "data", "metrics", "lrp", "methods", "schema", "catalog", "report"},
