@@ -44,7 +44,7 @@ import pandas as pd
 from ..metrics.registry import curve_inputs
 from ..metrics.table import MetricSamples, metric_samples, wide_values
 from ..rundir import MANIFEST_JSON, explanation_file, read_explanation
-from .plots import DIVERGING_CMAP, mean_band, table_metric_of
+from .plots import DIVERGING_CMAP, _task_kind, mean_band, table_metric_of
 from .published import direction
 from .tables import Notes, Table, arrow, fmt, interval_text
 
@@ -365,14 +365,6 @@ def _curves_html(df: pd.DataFrame, metrics: pd.DataFrame, confidence: float) -> 
 
 def _natural_key(text: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
-
-
-def _task_kind(cell_dirs: dict[str, Path]) -> str:
-    for cdir in cell_dirs.values():
-        path = cdir / "cell.json"
-        if path.is_file():
-            return str(json.loads(path.read_text()).get("settings", {}).get("task", {}).get("kind", ""))
-    return ""
 
 
 def _scalar(arrays: dict, name: str):
