@@ -64,6 +64,7 @@ __all__ = [
     "NormRecord",
     "AttentionHooks",
     "attention_hooks",
+    "attention_hooks_installed",
 ]
 
 
@@ -575,6 +576,12 @@ def attention_hooks(*, recorder: AttentionRecorder | None = None, key_scale: tor
         yield hooks
     finally:
         _HOOKS.reset(token)
+
+
+def attention_hooks_installed() -> bool:
+    """Whether :func:`attention_hooks` are active here (a recorder, key scaling): forwards that must not be
+    recomputed in the backward (:func:`palrp_bench.lrp.recompute.layer`)."""
+    return _HOOKS.get() is not None
 
 
 class _OnesBias(torch.autograd.Function):
