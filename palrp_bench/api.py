@@ -16,6 +16,7 @@ from .errors import BadInputError
 from .lrp.attribution import absorbed_relevance, attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
+from .lrp.recompute import check_checkpoint
 from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
 from .methods.pixel_aggregation import patch_positional, signed_pixel_map
 from .methods.registry import get_method
@@ -92,7 +93,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             decoder_input_ids=None, decoder_attention_mask=None, foil=None, embeddings: str = "full", rules=None, protocol="official",
             stabilizers: str | Stabilizers | None = None,
             correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
-            **options) -> Explanation:
+            checkpoint: str = "none", **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
 
     Args:
@@ -148,6 +149,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
             ``{"sigma": 0.1}`` for SmoothGrad); an unknown key is an error.
         batch_size: most rows per forward of multi-pass baselines (IG, SmoothGrad, AtMan); None = all at once.
+        checkpoint: ``none`` (default: the backward reads every layer's stored activations) or ``layers`` (only
+            each layer's input is kept and the layer is recomputed in the backward, the position-wise part in token
+            chunks: memory for long sequences, the same relevance to float rounding, about one more forward of
+            time; docs/engine.md "Long contexts"). Text models only (decoders, GPT-2, OPT, BLOOM, BERT, RoBERTa,
+            T5); vision transformers refuse it.
         options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
             ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; T5: ``relative_bias_rule`` =
             relative_half|key; vision: ``attention``).
@@ -170,6 +176,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     m = get_method(method)
     twin = twin_for(model)
     m.check_modality(twin.modality)
+    if check_checkpoint(checkpoint) != "none":  # a twin option; left out where it is the default
+        if not getattr(twin, "checkpointing", False):
+            raise BadInputError(f"checkpoint={checkpoint!r}: {type(model).__name__} has no layer-wise recomputation",
+                                "use checkpoint='none' (it is for long token sequences of text models)")
+        options["checkpoint"] = checkpoint
     resolved = m.resolved_params(params)
     prepare = _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask)
     if not m.is_lrp:

@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 
 from ..errors import BadInputError, UnsupportedModelError
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
@@ -284,6 +284,8 @@ class DecoderTwin:
     #: family; ``protocol=official`` defaults to them where the official code ran the family
     #: (:attr:`official_code_ran`)
     official_stabilizers = OFFICIAL_NLP
+    #: takes ``checkpoint="layers"`` (:mod:`palrp_bench.lrp.recompute`)
+    checkpointing = True
 
     @classmethod
     def family(cls) -> str:
@@ -386,12 +388,12 @@ class DecoderTwin:
         return DecoderInputs(input_ids, attention_mask, self.last_index(input_ids, attention_mask))
 
     def run(self, inputs: DecoderInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
-            attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> TwinOutput:
+            attention: str = "sdpa", stabilizers: Stabilizers = NONE, checkpoint: str = "none") -> TwinOutput:
         """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh embedding leaf, or
         ``inputs.embeds``)."""
         return self.forward(self.embed_inputs(inputs), inputs.attention_mask, inputs.last_index, composite,
                             positional_sinks=positional_sinks, causal=causal, attention=attention,
-                            stabilizers=stabilizers)
+                            stabilizers=stabilizers, checkpoint=checkpoint)
 
     def summarize(self, inputs: DecoderInputs, attribution: Attribution) -> dict:
         """Semantic and positional parts of the relevance (shapes: :class:`~palrp_bench.lrp.explanation.Explanation`)
@@ -412,13 +414,15 @@ class DecoderTwin:
                 composite: Composite, *, positional_sinks: bool, causal: bool = True,
                 attention: str = "sdpa", recorder: rules.AttentionRecorder | None = None,
                 position_ids: torch.Tensor | None = None, return_all_logits: bool = False,
-                stabilizers: Stabilizers = NONE) -> TwinOutput:
+                stabilizers: Stabilizers = NONE, checkpoint: str = "none") -> TwinOutput:
         """One LRP-aware forward from the embedding leaf to the logits at ``last_index``.
 
         ``causal=False`` reproduces the official code's defect for ARC/Wikipedia (docs/protocol.md section 2:
         no causal mask reached the attention; a sliding window then becomes the symmetric band ``|i - j| < w``).
         ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
         ``stabilizers``: epsilon-rule stabilisers (module docstring); the forward values are the same for any.
+        ``checkpoint="layers"``: each layer recomputed in the backward (:mod:`palrp_bench.lrp.recompute`); the head
+        reads the explained positions only, so no ``[T, vocab]`` tensor exists (unless ``return_all_logits``).
         """
         stab = stabilizers
         b, t, _ = embeds.shape
@@ -439,8 +443,8 @@ class DecoderTwin:
             if positional_sinks:
                 cos_leaves.append(c)
                 sin_leaves.append(s)
-            x = self._layer(layer, x, c, s, masks[self.windows[index]], composite, causal, attention, recorder,
-                            stab)
+            x = recompute.layer(self._layer, layer, x, c, s, masks[self.windows[index]], composite, causal,
+                                attention, recorder, stab, checkpoint=checkpoint, recorder=recorder)
         hidden = x[torch.arange(b, device=x.device), last_index]
         logits = self._logits(hidden, composite, stab)
         all_logits = self._logits(x, composite, stab) if return_all_logits else None
@@ -532,15 +536,19 @@ class DecoderTwin:
 
     def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder,
                stab: Stabilizers = NONE):
+        """One decoder layer; everything after the attention is position-wise (:func:`recompute.tokenwise`)."""
         spec = self.spec
         h = self._norm(getattr(layer, spec.attention_norm), x, composite, stab.norm)
         a = self._attention(layer, h, cos, sin, mask, composite, causal, attention, recorder, stab)
+
+        def mlp_branch(stream):
+            return self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), stream, composite, stab.norm), composite,
+                             stab)
+
         if self.parallel_residual:  # GPT-NeoX: both branches read the layer input (summed in its order)
-            m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm), composite, stab)
-            return rules.stabilize(m + a + x, stab.add)
+            return recompute.tokenwise(lambda x, a: rules.stabilize(mlp_branch(x) + a + x, stab.add), x, a)
         x = rules.residual(x, a, stab.add)
-        h = self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm)
-        return rules.residual(x, self._mlp(layer, h, composite, stab), stab.add)
+        return recompute.tokenwise(lambda x: rules.residual(x, mlp_branch(x), stab.add), x)
 
 
 def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True

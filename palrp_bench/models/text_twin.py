@@ -97,6 +97,8 @@ class TextTwin:
     family_name = ""
     classifier_pooling = "last"
     heads: tuple[str, ...] = ("causal", "classifier")
+    #: the forward takes ``checkpoint="layers"`` (:mod:`palrp_bench.lrp.recompute`)
+    checkpointing = True
 
     @classmethod
     def family(cls) -> str:
