@@ -223,6 +223,10 @@ class RunnerConfig:
     batch_size: Any = 8
     #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
+    #: ``none`` (explanations keep every layer's activations for the backward) or ``layers`` (each layer's input
+    #: only; the backward recomputes one layer at a time: long sequences, same relevance, about one more forward of
+    #: time; text models only; palrp_bench/lrp/recompute.py, docs/engine.md "Long contexts")
+    checkpoint: str = "none"
     #: ``mode=plan`` only: price the run on this device kind from a machine without it: a short name (``h100``)
     #: or a device kind with shipped or calibrated constants (``cuda/NVIDIA H100 80GB HBM3``); one worker per GPU
     #: index in ``devices``, else one (docs/planning.md "Pricing a device this machine does not have")

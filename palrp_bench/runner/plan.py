@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import catalog
 from ..errors import BadInputError
+from ..lrp.recompute import check_checkpoint
 from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..numerics import resolve_tf32
 from ..rundir import cell_directory
@@ -102,14 +103,15 @@ class Cell:
     def directory(self, run_dir: Path) -> Path:
         return cell_directory(run_dir, self.model.name, self.task.name, self.method)
 
-    def context(self, device: str, cache, forward_batch_size: int):
+    def context(self, device: str, cache, forward_batch_size: int, checkpoint: str = "none"):
         """The :class:`~palrp_bench.evaluation.tasks.base.JobContext` task adapters receive."""
         from ..evaluation.tasks.base import JobContext
 
         return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
                           protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
                           forward_batch_size=forward_batch_size, tie_break=self.tie_break,
-                          stabilizers=self.stabilizers, seed=self.seed, embeddings=self.embeddings)
+                          stabilizers=self.stabilizers, seed=self.seed, embeddings=self.embeddings,
+                          checkpoint=checkpoint)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
@@ -169,6 +171,8 @@ class Job:
     batch_size: int | str = 8  # or "auto" (runner/batching.py)
     forward_batch_size: int = 64
     cache_explanations: bool = True
+    #: ``runner.checkpoint``: ``none`` or ``layers`` (palrp_bench/lrp/recompute.py); never changes a sample's numbers
+    checkpoint: str = "none"
 
     @property
     def name(self) -> str:
@@ -309,8 +313,9 @@ def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
     if runner.forward_batch_size < 1:
         raise BadInputError(f"runner.forward_batch_size must be >= 1, got {runner.forward_batch_size}",
                             "set runner.forward_batch_size to a positive integer")
+    checkpoint = check_checkpoint(getattr(runner, "checkpoint", None))
     jobs = [Job(cell, s, int(n_shards), runner.max_samples, batch_size, int(runner.forward_batch_size),
-                bool(runner.cache_explanations))
+                bool(runner.cache_explanations), checkpoint)
             for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
             for s in shards]
     return jobs

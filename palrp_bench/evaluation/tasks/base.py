@@ -29,7 +29,8 @@ class JobContext:
     metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device,
     the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default), the
     epsilon-rule stabilisers asked for (None = the protocol's default), the run seed (seeds per-sample
-    randomness together with the sample id) and the ``embeddings`` switch (``full`` / ``partial``)."""
+    randomness together with the sample id), the ``embeddings`` switch (``full`` / ``partial``) and the layer
+    checkpointing of the explanations (``runner.checkpoint``: ``none`` / ``layers``)."""
 
     task: Any
     method: str
@@ -44,6 +45,7 @@ class JobContext:
     stabilizers: str | None = None
     seed: int = 0
     embeddings: str = "full"
+    checkpoint: str = "none"
 
     @property
     def method_params(self) -> dict:
@@ -75,11 +77,11 @@ class JobContext:
 
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
-        protocol, stabilisers, the ``embeddings`` switch, the task's hyperparameters for it and the rows per forward
-        of multi-pass methods."""
+        protocol, stabilisers, the ``embeddings`` switch, the task's hyperparameters for it, the rows per forward
+        of multi-pass methods and the layer checkpointing."""
         return {"method": self.method, "aggregation": self.aggregation, "rules": self.rules,
                 "protocol": self.protocol, "stabilizers": self.stabilizers, "embeddings": self.embeddings,
-                "params": self.method_params, "batch_size": self.forward_batch_size}
+                "params": self.method_params, "batch_size": self.forward_batch_size, "checkpoint": self.checkpoint}
 
 
 @dataclass
