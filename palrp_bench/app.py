@@ -42,16 +42,17 @@ class RunOutcome:
 
 
 def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan,
-                  problems: list[Problem], constants=None, priced_on=None) -> str:
-    """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices`` (or on
-    ``priced_on``, the resolved ``runner.plan_device``); totals; every problem of the preflight
-    (:mod:`palrp_bench.planning.budget`)."""
-    from .planning.budget import format_plan, plan_budget
+                  problems: list[Problem], constants=None, priced_on=None) -> tuple[str, list[Problem]]:
+    """The printed plan and its problems: per cell the samples, stored samples, estimated time and peak memory on
+    ``devices`` (or on ``priced_on``, the resolved ``runner.plan_device``); totals; every problem of the preflight
+    and every cell that cannot fit its device even at batch 1 (:mod:`palrp_bench.planning.budget`)."""
+    from .planning.budget import format_plan, memory_problems, plan_budget
     from .planning.cost import load_constants
 
     budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, constants or load_constants(),
                          priced_on)
-    return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
+    text = format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
+    return text, [*problems, *memory_problems(budget)]
 
 
 def _planned_totals(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan) -> list[str]:
@@ -128,9 +129,10 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
     if mode == Mode.plan:
         found = run_preflight(cells, devices, selected, device_problem)
-        print(describe_plan(cfg, cells, jobs, devices, found.problems, constants, priced_on), file=out)
-        if found.problems:
-            raise MissingDataError(f"plan incomplete: {len(found.problems)} problem(s) listed above",
+        text, problems = describe_plan(cfg, cells, jobs, devices, found.problems, constants, priced_on)
+        print(text, file=out)
+        if problems:
+            raise MissingDataError(f"plan incomplete: {len(problems)} problem(s) listed above",
                                    "fix them, then run again")
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this

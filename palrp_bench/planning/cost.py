@@ -58,7 +58,7 @@ __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIP
            "load_constants", "device_kind", "architecture_of", "hf_architecture", "sample_work", "measured_prompts",
            "work_units", "typical_tokens", "peak_memory", "estimate", "batch_seconds", "profile_key",
            "known_device_kinds", "resolve_device_kind", "NLP_FORWARDS", "NEXT_TOKEN_FORWARDS",
-           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM", "alti_memory"]
+           "VISION_FORWARDS", "NF4_BYTES_PER_PARAM", "alti_memory", "explanation_memory", "recompute_forwards"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -615,16 +615,55 @@ def alti_memory(arch: Architecture, tokens: float, batch_size: int, width: int) 
             + 2 * min(B * T * T * D, float(ALTI_CHUNK_ELEMENTS)) * a + B * H * T * T * (b + 4))
 
 
+def explanation_memory(arch: Architecture, tokens: float, batch_size: int, width: int, mem: dict,
+                       checkpoint: str = "none") -> float:
+    """Bytes one batch of explanations keeps for its backward (docs/planning.md "Peak memory", docs/engine.md
+    "Long contexts"), with ``B`` the batch, ``T`` the tokens, ``L`` layers, ``d`` the width, ``r`` the head size and
+    ``w`` bytes per activation::
+
+        none:    B T L ((a_h d + a_f ffn) w + a_s heads min(T, T_s) w)   every layer's activations (fitted)
+        layers:  B T (L d + 4 L r + 2 d + a_h d) w + B c a_f ffn w     the layers' inputs, the RoPE sinks and their
+                                                                      gradients, the embeddings and their gradient,
+                                                                      one recomputed layer, one MLP chunk
+
+    ``c = min(T, 4096 / B)`` tokens (:data:`palrp_bench.lrp.recompute.CHUNK_ROWS`). The ``none`` coefficients were
+    fitted on explanations of up to ``T_s = explain_score_tokens`` (512) tokens; fused attention keeps no scores,
+    so beyond that its score term stays at its ``T_s`` value and the formula grows linearly, as measured on GPUs
+    (docs/planning.md "Peak memory"). The ``layers`` formula has no score term."""
+    from ..lrp.recompute import chunk_tokens
+
+    a_h, a_f = mem.get("explain_per_hidden", 12), mem.get("explain_per_ffn", 4)
+    b, t, d = float(batch_size), float(tokens), float(arch.hidden)
+    if checkpoint == "none":
+        scores = min(t, float(mem.get("explain_score_tokens", 512)))
+        per_token_layer = (a_h * d + a_f * arch.ffn + mem.get("explain_per_score", 2) * arch.heads * scores) * width
+        return b * t * arch.layers * per_token_layer
+    head = arch.attention_width / max(arch.heads, 1)
+    kept = (arch.layers * d + 4 * arch.layers * head + 2 * d + a_h * d) * width
+    chunk = min(t, float(chunk_tokens(int(batch_size))))
+    return b * t * kept + b * chunk * a_f * arch.ffn * width
+
+
+def recompute_forwards(cell, work: Work) -> float:
+    """Forwards one explanation adds under ``runner.checkpoint=layers``: one per backward (each backward recomputes
+    every layer once)."""
+    from ..methods.registry import get_method
+
+    method = get_method(cell.method)
+    return float(method.passes(method.params_for(cell.task), round(work.explain_tokens))[1])
+
+
 def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants, device: str,
-                batch_size: int, forward_batch_size: int) -> float:
+                batch_size: int, forward_batch_size: int, checkpoint: str = "none") -> float:
     """Estimated peak bytes of a job::
 
         runtime (CPU only) + weights + max(explanation, forward chunk)
-        explanation   = batch_size * T_e * L * ((a_h * d + a_f * ffn) * w + a_s * heads * T_e * w)
+        explanation   = explanation_memory(...)       (none: batch_size * T_e * L * ((a_h d + a_f ffn) w + ...))
         forward chunk = rows * T_f * ((f_h * d + f_f * ffn) * w + heads * T_f * w)
 
     ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
-    scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
+    scores) for its backward, or under ``checkpoint="layers"`` each layer's input and one layer's activations
+    (:func:`explanation_memory`), a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
     only one layer's; ALTI and ALTI-Logit (no backward through the model) hold :func:`alti_memory` instead. Weights:
     by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`. ``T_e`` and ``T_f`` are the work's mean tokens, or its
     longest sample's where measured (``Work.longest_tokens``: batches hold samples of similar length, so the
@@ -644,9 +683,7 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     if work.explanations and work.attributor in ALTI_ATTRIBUTORS:
         explain = alti_memory(arch, t_e, batch_size, width)
     elif work.explanations:
-        per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
-                           + mem.get("explain_per_score", 2) * arch.heads * t_e) * width
-        explain = batch_size * t_e * arch.layers * per_token_layer
+        explain = explanation_memory(arch, t_e, batch_size, width, mem, checkpoint)
     forward = 0.0
     if work.forwards:
         rows = min(forward_batch_size, math.ceil(work.forwards * batch_size))
@@ -698,11 +735,12 @@ def _as_cell(cell_or_model, task=None, metrics=None, method: str = "pa_lrp"):
 
 def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, metrics=None,
              method: str = "pa_lrp", batch_size: int = 8, forward_batch_size: int = 64,
-             constants: CostConstants | None = None, kind: str | None = None) -> Estimate:
+             constants: CostConstants | None = None, kind: str | None = None, checkpoint: str = "none") -> Estimate:
     """Time and peak memory of ``n_samples`` samples of a cell (a :class:`~palrp_bench.runner.plan.Cell`, or a
     model config with ``task=`` and optional ``metrics=`` / ``method=``) on ``device`` (``cpu``, ``cuda:0``;
     ``kind`` overrides the detected device kind) in batches of ``batch_size`` (time: one batch overhead per batch;
-    memory: a full batch). See the module docstring for the formulas."""
+    memory: a full batch) with ``runner.checkpoint`` = ``checkpoint`` (``layers``: one forward more per backward,
+    :func:`recompute_forwards`; memory :func:`explanation_memory`). See the module docstring for the formulas."""
     constants = constants or load_constants()
     cell = _as_cell(cell_or_model, task, metrics, method)
     kind = kind or device_kind(device)
@@ -712,8 +750,10 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
             f"architecture of {cell.model.name} unknown: its checkpoint is not here; set model.base_model=<hub id>"))
     key = profile_key(cell.model, arch)
     work = sample_work(cell, arch, constants)
+    if work is not None and work.explanations and checkpoint != "none":
+        work = replace(work, explain_forwards=work.explain_forwards + recompute_forwards(cell, work))
     peak = (peak_memory(cell.model, arch, work, constants, device, min(batch_size, max(n_samples, 1)),
-                        forward_batch_size) if work is not None else None)
+                        forward_batch_size, checkpoint) if work is not None else None)
     profile = constants.profile(kind, key)
     base = Estimate(n_samples, None, None, None, None, peak, kind, key, work=work, batch_size=int(batch_size))
     if work is None:
