@@ -250,19 +250,22 @@ def check_overrides(argv: list[str]) -> None:
     * an unknown key (``runner.batchsize=4``), with the valid keys of that level;
     * a key inside a group that is not selected (``task.path=...`` without ``task=...``);
     * a value outside an option's allowed values (``protocol=corected``) or of the wrong type
-      (``runner.batch_size=abc``), naming the allowed values or the type.
+      (``runner.batch_size=abc``), naming the allowed values or the type;
+    * several values where one run takes one: a list given to a config group, a sweep without ``-m``
+      (:func:`_check_several_values`: the fix is the ``-m`` form of the same command).
 
     ``hydra.*`` / ``hydra/...`` overrides are left to Hydra; arguments without ``=`` are flags or flag values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    overrides = []
+    overrides, parsed = [], []
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
             overrides.append(parser.parse_override(arg))
+            parsed.append((arg, overrides[-1]))
         except HydraException as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else "syntax error"
             raise BadInputError(f"cannot read the override {arg!r}: {reason}",
@@ -277,14 +280,67 @@ def check_overrides(argv: list[str]) -> None:
             raise BadInputError(f"{key} is set but no {group} is selected",
                                 f"add {group}=<name> so the override has a {group} to apply to")
         if key in _CHECKED_GROUPS:
-            for name in _values(o):
-                if name not in ("", None) and isinstance(name, (str, int, float)):
-                    catalog.check_name(key, str(name).strip())
+            for value in _values(o):
+                for name in value if isinstance(value, list) else [value]:  # a list is refused below, names first
+                    if name not in ("", None) and isinstance(name, (str, int, float)):
+                        catalog.check_name(key, str(name).strip())
             continue
         tp = check_key(key)
         if tp is not None:
             for value in _values(o):
                 check_value(key, tp, value)
+    _check_several_values(argv, parsed)
+
+
+def sweep_command(argv: list[str], replace: dict[str, str] | None = None) -> str:
+    """The ``palrp-bench -m ...`` command line of ``argv`` (flags ``-m`` / ``--multirun`` left out, the arguments of
+    ``replace`` swapped for their values), quoted for a POSIX shell."""
+    import shlex
+
+    replace = replace or {}
+    return shlex.join(["palrp-bench", "-m", *(replace.get(a, a) for a in argv if a not in _MULTIRUN_FLAGS)])
+
+
+def _check_several_values(argv: list[str], parsed: list[tuple[str, object]]) -> None:
+    """One run per value only under ``-m``: a list given to a config group (``method=[attnlrp,pa_lrp]``: Hydra
+    would merge the options and run the last one alone) and a sweep without ``-m`` (``method=attnlrp,pa_lrp``:
+    Hydra's "Ambiguous value") are refused with the ``-m`` form of the same command."""
+    multirun = any(a in _MULTIRUN_FLAGS for a in argv)
+    for arg, o in parsed:
+        key = o.key_or_group
+        if o.is_hydra_override() or key.startswith("hydra") or "/" in key or o.is_delete():
+            continue
+        if key in _CHECKED_GROUPS and not o.is_sweep_override() and isinstance(o.value(), list):
+            names = [str(v) for v in o.value()]
+            prefix = arg[:arg.index("=") + 1]
+            if len(names) == 1:
+                raise BadInputError(f"{arg}: a {key} takes one name, not a list", f"write {prefix}{names[0]}")
+            swept = prefix + ",".join(names)
+            raise BadInputError(f"{arg}: a {key} takes one name (a list would merge the options into one run)",
+                                f"run one job per {key} with -m: {sweep_command(argv, {arg: swept})}")
+        if o.is_sweep_override() and not multirun:
+            alternative, value = "", arg.split("=", 1)[1]
+            if key not in _CHECKED_GROUPS and _is_list_key(key):
+                alternative = f"; for one list value write {key}=[{value}]"
+            elif key not in _CHECKED_GROUPS and check_key(key) is str:
+                alternative = f"; for one value holding commas, quote it: {key}='{value}'"
+            raise BadInputError(f"{arg} gives several values, which run one job each only with -m",
+                                f"sweep with: {sweep_command(argv)}{alternative}")
+
+
+def _is_list_key(key: str) -> bool:
+    """Whether the schema types ``key`` as a list (``runner.devices``, ``report.gallery_ids``)."""
+    import dataclasses
+    import typing
+
+    from .schema import PalrpConfig
+
+    node = PalrpConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node) or part not in _fields(node):
+            return False
+        node = _unwrap_optional(_fields(node)[part])
+    return typing.get_origin(node) in (list, typing.List)
 
 
 def _checkout_commit() -> str | None:

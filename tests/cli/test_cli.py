@@ -12,7 +12,9 @@ from runner.harness import NO_GPU, read_results, run_cli
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["model=llama9"], "unknown model 'llama9' -- use one of: .*deit_base"),
+    (["model=llama9"], "unknown model 'llama9' -- did you mean tinyllama, llama3_8b or llama2_7b\\? every model: "
+                       "palrp-bench --help"),
+    (["metric=nlp"], "unknown metric 'nlp' -- use one of: attnlrp_perturbation, .*vision_perturbation$"),
     (["method=attnlrp,foo"], "unknown method 'foo'"),
     (["runner.batchsize=4"], "unknown config key 'runner.batchsize' -- keys of runner: batch_size"),
     (["task.path=/data/x.csv"], "task.path is set but no task is selected -- add task=<name>"),
@@ -62,9 +64,49 @@ def _one_line_error(done, code=2):
 
 
 def test_unknown_model_exits_2_with_one_line(tmp_path):
-    line = _one_line_error(run_cli("model=llama9", cwd=tmp_path))
-    assert "unknown model 'llama9'" in line and "tiny_llama_cls" in line
+    line = _one_line_error(run_cli("model=tinylama", cwd=tmp_path))
+    assert line == ("palrp-bench: error: unknown model 'tinylama' -- did you mean tinyllama, tiny_llama_cls or "
+                    "tiny_llama_causal? every model: palrp-bench --help (your own checkpoint: model=hf "
+                    "model.source=<folder or hub id>)")
     assert not (tmp_path / "runs").exists()
+    help_text = run_cli("--help", cwd=tmp_path).stdout  # where the error points: every model by name
+    assert "tinyllama" in help_text and "tiny_llama_cls" in help_text and "deit_base" in help_text
+
+
+@pytest.mark.parametrize("args,line", [
+    (["-m", "task=synthetic_sentiment", "method=[attnlrp,pa_lrp]", "task.path=my data"],
+     "method=[attnlrp,pa_lrp]: a method takes one name (a list would merge the options into one run) -- run one job "
+     "per method with -m: palrp-bench -m task=synthetic_sentiment method=attnlrp,pa_lrp 'task.path=my data'"),
+    (["model=[tiny_vit,tiny_llama_cls]"], "run one job per model with -m: palrp-bench -m model=tiny_vit,tiny_llama_cls"),
+    (["experiment=[table1]"], "experiment=[table1]: a experiment takes one name, not a list -- write experiment=table1"),
+    (["method=[attnlrp,foo]"], "unknown method 'foo'"),  # every name is checked first
+    (["model=tiny_llama_cls", "method=attnlrp,pa_lrp"],
+     "method=attnlrp,pa_lrp gives several values, which run one job each only with -m -- sweep with: palrp-bench -m "
+     "model=tiny_llama_cls method=attnlrp,pa_lrp"),
+    (["runner.devices=0,1"], "sweep with: palrp-bench -m runner.devices=0,1; for one list value write "
+                             "runner.devices=[0,1]"),
+])
+def test_several_values_where_one_run_takes_one_are_refused_with_the_sweep_command(args, line):
+    with pytest.raises(BadInputError) as err:
+        check_overrides(args)
+    assert line in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_list_of_methods_is_refused_and_the_suggested_sweep_runs_both(tmp_path):
+    """Hydra alone runs `method=[attnlrp,pa_lrp]` as pa_lrp only (a list merges the options), exit 0."""
+    import shlex
+
+    args = ["experiment=selftest", "task=selftest", "task.options.n=3", "runner.quiet=true",
+            f"run_dir={tmp_path / 'r'}"]
+    line = _one_line_error(run_cli(*args, "method=[attnlrp,pa_lrp]", cwd=tmp_path))
+    assert os.listdir(tmp_path) == []  # nothing written
+    command = shlex.split(line.split("run one job per method with -m: ", 1)[1])
+    assert command[:2] == ["palrp-bench", "-m"] and "method=attnlrp,pa_lrp" in command
+    done = run_cli(*command[1:], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(read_results(tmp_path / "r").method) == {"attnlrp", "pa_lrp"}
+    line = _one_line_error(run_cli(*args, "method=attnlrp,pa_lrp", cwd=tmp_path))  # Hydra's "Ambiguous value"
+    assert line.endswith("sweep with: " + shlex.join(["palrp-bench", "-m", *args, "method=attnlrp,pa_lrp"]))
 
 
 @pytest.mark.parametrize("args,match", [
