@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic_io import write_json_atomic
-from .errors import BadInputError, MissingDataError, PalrpError
+from .errors import BadInputError, Interrupted, MissingDataError, PalrpError
 from .hub import go_offline
 from .planning.preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
 from .rundir import RESULTS_CSV, check_run_dir, make_run_dir
@@ -76,6 +77,14 @@ def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices:
               "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
               "jobs": [job.name for job in jobs], "environment": environment()}
     write_json_atomic(run_dir / "invocations" / f"{stamp}-{os.getpid()}.json", record)
+
+
+def _stored_records(cells: list[Cell], run_dir: Path) -> int:
+    """Sample records stored in the shard stores of ``cells`` (complete lines only:
+    :func:`palrp_bench.runner.store.read_records`)."""
+    from .runner.store import STORE_GLOB, read_records
+
+    return sum(len(read_records(path)) for cell in cells for path in cell.directory(run_dir).glob(STORE_GLOB))
 
 
 def _what(cfg: DictConfig, cells: list[Cell]) -> str:
@@ -153,23 +162,28 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     for cell in cells:  # a resume with other settings is refused before anything is written
         check_cell_record(cell, run_dir)
-    make_run_dir(run_dir)
-    if on_start is not None:
-        on_start(run_dir)
-    _record_invocation(cfg, run_dir, jobs, devices.devices)
-    log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
+    stored_before = _stored_records(cells, run_dir)
     try:
-        from tqdm.contrib.logging import logging_redirect_tqdm
+        make_run_dir(run_dir)
+        if on_start is not None:
+            on_start(run_dir)
+        _record_invocation(cfg, run_dir, jobs, devices.devices)
+        log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
+        try:
+            from tqdm.contrib.logging import logging_redirect_tqdm
 
-        with logging_redirect_tqdm():  # log lines above the one progress bar, never through it (both on stderr)
-            reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
-                               log_every=int(cfg.runner.log_every))
-    except PalrpError:
-        # a user error stops the run, but what finished before it stays usable: merge it, then report the error
-        if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
-            merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
-        raise
-    merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+            with logging_redirect_tqdm():  # log lines above the one progress bar, never through it (both on stderr)
+                reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
+                                   log_every=int(cfg.runner.log_every))
+        except PalrpError:
+            # a user error stops the run, but what finished before it stays usable: merge it, then report the error
+            if any((run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
+                merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+            raise
+        merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: every stored sample stays; say how to resume
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        raise Interrupted(signum, run_dir, _stored_records(cells, run_dir) - stored_before) from None
     import pandas as pd
 
     from .report.summary import summary_text

@@ -20,7 +20,8 @@ structured-config schema (:mod:`palrp_bench.schema`) before Hydra composes anyth
 Logs go to stderr and, once a run starts, to ``<run_dir>/logs/``; stdout carries only the result tables. Nothing is
 written to the run directory before the run starts (the preflight and the settings checks pass): a refused
 invocation leaves no ``runs/<stamp>/`` behind and an earlier run's directory as it was (:func:`record_start`,
-:class:`RunDirGuard`).
+:class:`RunDirGuard`). Ctrl-C and SIGTERM end it in one line with the command that resumes the run, exit code 130 /
+143 (:func:`interrupted`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .errors import BadInputError, PalrpError
+from .errors import BadInputError, Interrupted, PalrpError
 from . import catalog
 from .rundir import check_run_dir
 from .schema import register_schemas
@@ -122,17 +123,21 @@ def _undo_sweep_dir() -> None:
         pass
 
 
-def fail(err: PalrpError) -> None:
-    """Print the one-line error, record it in the run's log file (if logging to one), undo what a refused sweep
-    created (:func:`_undo_sweep_dir`), exit non-zero."""
-    line = f"palrp-bench: error: {err}"
+def _last_line(line: str, level: int, code: int) -> None:
+    """Print ``line`` to stderr, record it in the run's log file (if logging to one), undo what a sweep that never
+    started a run created (:func:`_undo_sweep_dir`), exit with ``code``."""
     print(line, file=sys.stderr)
-    record = logging.LogRecord("palrp_bench", logging.ERROR, __file__, 0, line, None, None)
+    record = logging.LogRecord("palrp_bench", level, __file__, 0, line, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
     _undo_sweep_dir()
-    sys.exit(EXIT_USER_ERROR)
+    sys.exit(code)
+
+
+def fail(err: PalrpError) -> None:
+    """The one-line error, exit code 2 (:func:`_last_line`)."""
+    _last_line(f"palrp-bench: error: {err}", logging.ERROR, EXIT_USER_ERROR)
 
 
 class RunDirGuard(Callback):
@@ -414,19 +419,70 @@ def _hydra_main(cfg: DictConfig) -> None:
         fail(err)
 
 
+def resume_command(argv: list[str], run_dir: Path) -> str:
+    """The command line that resumes an invocation of ``argv`` in ``run_dir``: the same arguments (a sweep's ``-m``
+    included) with ``run_dir`` set, quoted for a POSIX shell."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+
+    def sets_run_dir(arg: str) -> bool:
+        if arg.startswith("-") or "=" not in arg:
+            return False
+        try:
+            return parser.parse_override(arg).key_or_group == "run_dir"
+        except Exception:  # noqa: BLE001 - not an override this check has to understand
+            return False
+
+    kept = [a for a in normalise_argv(argv) if not sets_run_dir(a)]
+    return shlex.join(["palrp-bench", *(["-m"] if kept[:1] == ["--multirun"] else []),
+                       *(a for a in kept if a != "--multirun"), f"run_dir={run_dir}"])
+
+
+def interrupted(err: KeyboardInterrupt, argv: list[str]) -> None:
+    """Ctrl-C or SIGTERM: one line, no traceback, exit ``128 + signum`` (130 / 143). Once a run has started
+    (:class:`~palrp_bench.errors.Interrupted` carries its ``run_dir``), the line says how many samples this
+    invocation stored and the command that resumes the run (stored samples are skipped, docs/design.md section 6)."""
+    import signal
+
+    signum = err.signum if isinstance(err, Interrupted) else int(signal.SIGINT)
+    name = signal.Signals(signum).name
+    if isinstance(err, Interrupted) and err.run_dir is not None:
+        line = (f"palrp-bench: interrupted ({name}) after {err.samples} sample(s); resume with: "
+                f"{resume_command(argv, err.run_dir)}")
+    else:
+        line = f"palrp-bench: interrupted ({name}) before a run started; nothing to resume"
+    _last_line(line, logging.WARNING, 128 + signum)
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def main() -> None:
-    """Console-script entry point ``palrp-bench``."""
+    """Console-script entry point ``palrp-bench``. SIGINT and SIGTERM raise
+    :class:`~palrp_bench.errors.Interrupted`, which ends the invocation in one line (:func:`interrupted`)."""
+    import signal
+
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    argv = normalise_argv(sys.argv[1:])
+    original = sys.argv[1:]
+    argv = normalise_argv(original)
     if "--version" in argv:
         print(version_text())
         return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
     try:
-        check_overrides(argv)
-    except BadInputError as err:
-        fail(err)
-    sys.argv = [sys.argv[0], *defer_keys_of_swept_groups(argv)]
-    _hydra_main()
+        try:
+            check_overrides(argv)
+        except BadInputError as err:
+            fail(err)
+        sys.argv = [sys.argv[0], *defer_keys_of_swept_groups(argv)]
+        _hydra_main()
+    except KeyboardInterrupt as err:
+        interrupted(err, original)
 
 
 if __name__ == "__main__":  # python -m palrp_bench.cli: run the imported module, whose state the Hydra callback sees
