@@ -102,10 +102,15 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             4-bit), GPT-2, OPT, BLOOM, BERT or RoBERTa heads, the encoder-decoder ``T5ForConditionalGeneration``
             (T5, T5 v1.1, Flan-T5), a timm ``VisionTransformer`` / DeiT or RoPE ViT (the README's support table
             lists what each family supports).
-        inputs: ``input_ids`` ``[B, T]`` for language models (GPT-2 / BLOOM / BERT-style twins also take a
-            tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
-            for vision transformers. Encoder-decoders: the encoder's ``input_ids`` ``[B, T_enc]``.
-        attention_mask: ``[B, T]`` (language models; left or right padding).
+        inputs: ``input_ids`` ``[B, T]`` for language models, normalised ``pixel_values`` ``[B, 3, H, W]`` for
+            vision transformers; or what the tokenizer / image processor returns (a mapping such as
+            ``BatchEncoding``: ``tokenizer(texts, return_tensors="pt")``), from which every family takes
+            ``input_ids``, ``attention_mask``, ``token_type_ids`` where it has token types (BERT, RoBERTa; an all-zero
+            one is ignored by the families whose library forward takes none), ``decoder_input_ids`` /
+            ``decoder_attention_mask`` (encoder-decoders) or ``pixel_values``; anything else in it is refused in one
+            line naming what to pass (:func:`palrp_bench.models.token_inputs.model_inputs`). Encoder-decoders: the
+            encoder's ``input_ids`` ``[B, T_enc]``.
+        attention_mask: ``[B, T]`` (language models; left or right padding), unless the mapping holds it.
         decoder_input_ids: encoder-decoders only, and required there: ``[B, T_dec]``, the decoder start token
             followed by the answer so far; the explained logit is the one at the last real decoder position
             (docs/engine.md, "T5"). ``scores``, ``semantic`` and ``positional`` are then over the encoder tokens,

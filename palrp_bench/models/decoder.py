@@ -41,7 +41,7 @@ from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
 from .loading import keep_4bit_differentiable
-from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, model_inputs, token_batch
 from .registry import discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
@@ -381,7 +381,12 @@ class DecoderTwin:
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, input_ids, attention_mask=None) -> DecoderInputs:
-        """Check shapes, lengths and ids; move to the model's device (one-line errors for bad input)."""
+        """Check shapes, lengths and ids; move to the model's device (one-line errors for bad input). ``input_ids``
+        ``[B, T]`` (or ``[T]``), or a tokenizer's output mapping with ``input_ids`` and optionally
+        ``attention_mask`` (an all-zero ``token_type_ids`` is ignored: :func:`~.token_inputs.model_inputs`)."""
+        found = model_inputs(input_ids, attention_mask, takes=("input_ids", "attention_mask"),
+                             model=type(self.model).__name__, zero_token_types=True)
+        input_ids, attention_mask = found["input_ids"], found["attention_mask"]
         input_ids = token_batch(input_ids, vocab_size=self.embed_tokens.num_embeddings,
                                 max_positions=getattr(self.config, "max_position_embeddings", None), device=self.device)
         attention_mask = attention_mask_of(attention_mask, input_ids)

@@ -94,6 +94,7 @@ class Gpt2Twin(LearnedPositionDecoder):
 
     model_types = ("gpt2",)
     family_name = "gpt2"
+    library_embeds_token_types = True  # GPT2Model adds wte(token_type_ids)
 
     def _wire(self, model) -> None:
         cfg = model.config

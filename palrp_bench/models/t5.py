@@ -41,7 +41,6 @@ attention bias.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +54,7 @@ from ..lrp.positional import PositionalRelevance, RelativeBias
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
 from .text_twin import TextForward, TextTwin
-from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, model_inputs, token_batch
 
 __all__ = ["T5Twin", "T5Inputs", "T5Forward", "SITES"]
 
@@ -155,13 +154,17 @@ class T5Twin(TextTwin):
         optionally ``attention_mask``, ``decoder_input_ids``, ``decoder_attention_mask``. ``decoder_input_ids``
         ``[B, Td]`` is required: the decoder start token (``config.decoder_start_token_id``) followed by the answer
         so far; the logit explained is the next token's at the last real decoder position."""
-        if isinstance(inputs, Mapping):
-            if "input_ids" not in inputs:
-                raise BadInputError("the inputs mapping has no 'input_ids'", "pass the tokenizer's output")
-            attention_mask = inputs.get("attention_mask", attention_mask)
-            decoder_input_ids = inputs.get("decoder_input_ids", decoder_input_ids)
-            decoder_attention_mask = inputs.get("decoder_attention_mask", decoder_attention_mask)
-            inputs = inputs["input_ids"]
+        found = model_inputs(inputs, attention_mask, model=type(self.model).__name__, zero_token_types=True,
+                             takes=("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask"))
+        inputs, attention_mask = found["input_ids"], found["attention_mask"]
+        for name, given in (("decoder_input_ids", decoder_input_ids), ("decoder_attention_mask",
+                                                                       decoder_attention_mask)):
+            if found[name] is not None and given is not None:
+                raise BadInputError(f"{name} was given twice: in the inputs mapping and as an argument",
+                                    "pass it once")
+        decoder_input_ids = found["decoder_input_ids"] if decoder_input_ids is None else decoder_input_ids
+        decoder_attention_mask = (found["decoder_attention_mask"] if decoder_attention_mask is None
+                                  else decoder_attention_mask)
         vocab = self.embedding_table.num_embeddings
         ids = token_batch(inputs, vocab_size=vocab, max_positions=None, device=self.device)
         mask = attention_mask_of(attention_mask, ids)

@@ -54,6 +54,7 @@ from ..lrp.gamma import gamma_module
 from ..lrp.positional import LearnedAbsolute
 from ..lrp.stabilizers import NONE, OFFICIAL_VISION, Stabilizers
 from .registry import register_twin
+from .token_inputs import model_inputs
 from .torchvision_vit import from_torchvision
 
 __all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
@@ -357,10 +358,12 @@ class VitTwin:
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, pixel_values, attention_mask=None) -> VitInputs:
-        """Check a batch of normalised images (:meth:`prepare_pixels`); vision has no attention mask."""
-        if attention_mask is not None:
+        """Check a batch of normalised images (:meth:`prepare_pixels`), or an image processor's output mapping
+        holding ``pixel_values`` (:func:`~.token_inputs.model_inputs`); vision has no attention mask."""
+        found = model_inputs(pixel_values, attention_mask, takes=("pixel_values",), model=type(self.model).__name__)
+        if found.get("attention_mask") is not None:
             raise BadInputError("attention_mask was given for a vision transformer", "pass attention_mask=None")
-        return VitInputs(self.prepare_pixels(pixel_values))
+        return VitInputs(self.prepare_pixels(found["pixel_values"]))
 
     def run(self, inputs: VitInputs, composite: Composite, *, positional_sinks: bool = True,
             attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> VitForward:
