@@ -46,8 +46,9 @@ def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
     delta = as_flan.set_index(["method", "metric"]).loc[("attnlrp", "delta_a"), "value"]
     assert "squad_attnlrp" in text and "1.760" in text and f"{delta:.3f}" in text
     row = next(line for line in text.splitlines() if re.match(r"\| flan_t5_xl +\| attnlrp +\|", line))
-    assert re.search(r"\| 0\.840 \(1\) +\| - +\|", row), row      # paper cell, then ours: none
-    assert f"(1) {IOU_NOTE}" in table1.notes
+    marker = re.search(r"\| 0\.840 \((\d)\) +\| - +\|", row)  # paper cell, then ours: none
+    assert marker, row
+    assert f"({marker.group(1)}) {IOU_NOTE}" in table1.notes  # (1) is the 6-sample note of the delta_a interval
     apart = "\n".join(markdown(t) for t in reproduced_only(as_flan, published, 0.95))
     ours = as_flan.set_index(["method", "metric", "variant"]).loc[("attnlrp", "iou", "top_answer"), "value"]
     assert "iou:top_answer" in apart and f"{ours:.3f}" in apart and IOU_NOTE in apart

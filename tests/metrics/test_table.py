@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from palrp_bench.metrics.nlp import auac
-from palrp_bench.metrics.table import confidence_interval, metric_samples, table_metrics
+from palrp_bench.metrics.table import (MIN_SAMPLES_FOR_INTERVAL, SMALL_SAMPLE_NOTE, confidence_interval,
+                                       metric_samples, table_metrics)
 
 OFFICIAL = Path(__file__).resolve().parents[1] / "data" / "official"
 CELL = dict(run="r", model="m", quantization="none", dtype="float32", task="t", paper_task="t", protocol="official",
@@ -111,6 +112,17 @@ def test_interval_is_scipys_bca_bootstrap_of_the_metric_function():
                           batch=100, random_state=np.random.default_rng(7)).confidence_interval
     assert note == "" and low < s.value() < high
     assert low == pytest.approx(ref.low, rel=1e-9) and high == pytest.approx(ref.high, rel=1e-9)
+
+
+def test_an_interval_of_few_samples_is_flagged():
+    """Below MIN_SAMPLES_FOR_INTERVAL the interval is kept but its note says it undercovers (the summary and the
+    report print the note as a footnote); at the minimum it is not flagged."""
+    rng = np.random.default_rng(5)
+    for n, flagged in ((3, True), (MIN_SAMPLES_FOR_INTERVAL - 1, True), (MIN_SAMPLES_FOR_INTERVAL, False)):
+        (row,) = table_metrics(_curves(rng.uniform(size=(n, 11))), n_resamples=200).to_dict("records")
+        assert row["ci_low"] < row["value"] < row["ci_high"]
+        assert row["note"] == (SMALL_SAMPLE_NOTE if flagged else ""), n
+    assert "fewer than 15 samples" in SMALL_SAMPLE_NOTE and MIN_SAMPLES_FOR_INTERVAL == 15  # docs/evaluation.md
 
 
 @pytest.mark.parametrize("name", ["curves_imdb_pad24.json", "curves_wiki_causal.json"])
