@@ -79,6 +79,28 @@ def _record_invocation(cfg: DictConfig, run_dir: Path, jobs: list[Job], devices:
     write_json_atomic(run_dir / "invocations" / f"{stamp}-{os.getpid()}.json", record)
 
 
+def sweep_summary(run_dirs: list[Path], confidence: float) -> str:
+    """The summary of every cell of the run directories of a sweep's jobs (``run_dirs``: one entry per job that ran),
+    printed once after the sweep."""
+    import pandas as pd
+
+    from .report.summary import summary_text
+    from .rundir import METRICS_CSV
+
+    parts = []
+    for run_dir in dict.fromkeys(Path(d) for d in run_dirs):
+        if (run_dir / METRICS_CSV).is_file():
+            metrics = pd.read_csv(run_dir / METRICS_CSV, dtype={"variant": str})
+            parts.append(f"\nall {len(run_dirs)} jobs of the sweep, {run_dir}:\n\n{summary_text(metrics, confidence)}")
+    return "\n".join(parts)
+
+
+def _run_dir_is_default(cfg: DictConfig) -> bool:
+    """Whether ``run_dir`` is the config's default (a new time stamp under ``run_root``), i.e. not given."""
+    node = cfg._get_node("run_dir")
+    return node is not None and "${now:" in str(node._value())
+
+
 def _stored_records(cells: list[Cell], run_dir: Path) -> int:
     """Sample records stored in the shard stores of ``cells`` (complete lines only:
     :func:`palrp_bench.runner.store.read_records`)."""
@@ -100,11 +122,20 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     stored cells' settings are checked first, so a refused invocation leaves no new directory and an existing one
     as it was. ``on_start(run_dir)`` is called once the run directory exists and the run starts writing to it (or
     a report of an existing run directory is built): the command line records its resolved config and opens the
-    run's log file there (:func:`palrp_bench.cli.record_start`)."""
+    run's log file there (:func:`palrp_bench.cli.record_start`). The summary printed at the end holds this
+    invocation's cells (a sweep's job its own; the command line prints the whole run after the sweep). Ctrl-C or
+    SIGTERM once the run started raises :class:`~palrp_bench.errors.Interrupted` with the run directory and the
+    samples this invocation stored."""
     mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
     run_dir = Path(cfg.run_dir)
     if mode == Mode.report:
         from .report.build import build_report
+
+        from .report.cli import latest_run, written_line
+
+        if _run_dir_is_default(cfg):  # no run_dir given: the newest run, as palrp-bench-report does
+            run_dir = latest_run(Path(cfg.run_root))
+            log.info("report of the newest run under %s: %s", cfg.run_root, run_dir)
 
         if on_start is not None and ((run_dir / "cells").is_dir() or (run_dir / RESULTS_CSV).exists()):
             on_start(run_dir)  # a run directory to report on
@@ -113,6 +144,7 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
 
         result = build_report([run_dir], cfg.report)
         print(result.text, file=out)
+        print(f"\n{written_line(result.files, result.out_dir)}", file=out)
         if cfg.runner.html:
             _write_html(cfg, run_dir, out)
         return None
@@ -188,7 +220,10 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
 
     from .report.summary import summary_text
 
-    summary = summary_text(pd.read_csv(merged.metrics_csv, dtype={"variant": str}), float(cfg.report.confidence))
+    metrics = pd.read_csv(merged.metrics_csv, dtype={"variant": str})
+    mine = {(c.model.name, c.task.name, c.method) for c in cells}  # a sweep's job prints its own cells only
+    metrics = metrics[[key in mine for key in zip(metrics["model"], metrics["task"], metrics["method"])]]
+    summary = summary_text(metrics, float(cfg.report.confidence))
     print(summary, file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
           f"relevance); table numbers: {merged.metrics_csv} (and metrics.json); manifest: {merged.manifest}", file=out)

@@ -68,6 +68,8 @@ class _Invocation:
     started = False
     #: (sweep dir, the first of its ancestors that existed, multirun.yaml's bytes before the sweep or None)
     sweep: tuple[Path, Path, bytes | None] | None = None
+    #: run directories of the jobs that finished a run (merged and printed their cells), in order
+    finished: list[Path] = []
 
 
 def record_start(run_dir: Path, cfg: DictConfig) -> None:
@@ -162,6 +164,7 @@ class RunDirGuard(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         _undo_sweep_dir()  # e.g. a sweep of mode=plan: nothing of it stays
+        print_sweep_summary(float(config.report.confidence))
 
     @staticmethod
     def _check(config: DictConfig) -> None:
@@ -169,6 +172,16 @@ class RunDirGuard(Callback):
             check_run_dir(Path(str(config.run_dir)))
         except BadInputError as err:
             fail(err)  # SystemExit passes through Hydra's callback wrapper, which turns exceptions into warnings
+
+
+def print_sweep_summary(confidence: float) -> None:
+    """After a sweep whose jobs ran: every cell of its run directories in one summary
+    (:func:`palrp_bench.app.sweep_summary`; each job printed its own cells when it finished)."""
+    from .app import sweep_summary
+
+    finished, _Invocation.finished = _Invocation.finished, []
+    if len(finished) >= 2:
+        print(sweep_summary(finished, confidence))
 
 
 def _fields(schema) -> dict:
@@ -414,9 +427,11 @@ def _hydra_main(cfg: DictConfig) -> None:
     from .app import run
 
     try:
-        run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))
+        outcome = run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))
     except PalrpError as err:
         fail(err)
+    if outcome is not None and outcome.merge is not None:
+        _Invocation.finished.append(outcome.run_dir)
 
 
 def resume_command(argv: list[str], run_dir: Path) -> str:

@@ -20,6 +20,26 @@ from ..errors import MissingDataError, PalrpError
 from .build import build_report
 
 
+#: ``--help``'s description: the module docstring's first paragraph, whole, without reST markup
+DESCRIPTION = " ".join(__doc__.split("\n\n")[0].replace("``", "").split())
+
+
+def written_line(files: list[Path], out_dir: Path) -> str:
+    """What the report command wrote, every file by name (no "..."): the tables, the curve plots, the heatmap
+    galleries (those in ``out_dir`` relative to it), then the refreshed run files; one line per kind."""
+    out_dir = Path(out_dir)
+    inside = [Path(f).relative_to(out_dir).as_posix() for f in files if Path(f).parent == out_dir]
+    kinds = [("curve plots", [n for n in inside if n.startswith("curves_") and n.endswith(".png")]),
+             ("heatmap galleries", [n for n in inside if n.startswith("gallery_") and n.endswith(".png")])]
+    plotted = {n for _, names in kinds for n in names}
+    lines = [f"written to {out_dir}/: {', '.join(n for n in inside if n not in plotted)}"]
+    lines += [f"  {len(names)} {kind}: {', '.join(names)}" for kind, names in kinds if names]
+    elsewhere = [str(f) for f in files if Path(f).parent != out_dir]
+    if elsewhere:
+        lines.append(f"refreshed: {', '.join(elsewhere)}")
+    return "\n".join(lines)
+
+
 def latest_run(root: Path) -> Path:
     """The most recently modified run directory under ``root`` that has results."""
     candidates = [p.parent for p in Path(root).glob("*/results.csv")]
@@ -30,7 +50,7 @@ def latest_run(root: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="palrp-bench-report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="palrp-bench-report", description=DESCRIPTION)
     p.add_argument("paths", nargs="*", type=Path, help="run directories or results.csv files (default: newest run)")
     p.add_argument("--runs-root", type=Path, default=Path("runs"), help="where to look for the newest run")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/report)")
@@ -64,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"palrp-bench-report: error: {err}", file=sys.stderr)
         return 2
     print(result.text)
-    print(f"\nwritten: {', '.join(str(f) for f in result.files[:6])}" + (" ..." if len(result.files) > 6 else ""))
+    print(f"\n{written_line(result.files, result.out_dir)}")
     return 0
 
 

@@ -197,9 +197,20 @@ def test_multirun_sweep_shares_one_run_dir_then_report(tmp_path):
     assert set(df.method) == {"attnlrp", "pa_lrp"} and df.sample_id.nunique() == 8
     assert (run_dir / "logs/palrp-bench.log").exists() and (run_dir / "manifest.json").exists()
     assert re.search(r"\| pa_lrp\s+\| 8\s+\| 0\s+\|", done.stdout)  # the readable summary table
-    report = run_cli("mode=report", f"run_dir={run_dir}", "report.n_boot=200", cwd=tmp_path)
+    # each job prints its own table once, then the sweep prints the whole run (not a growing table per job)
+    jobs, whole = done.stdout.split(f"all 2 jobs of the sweep, {run_dir}:")
+    assert [jobs.count("| attnlrp "), jobs.count("| pa_lrp ")] == [1, 1] and jobs.index("| attnlrp ") < jobs.index(
+        "| pa_lrp ")
+    assert [whole.count("| attnlrp "), whole.count("| pa_lrp ")] == [1, 1]
+    # mode=report without run_dir: the newest run under run_root (as palrp-bench-report), not a new time stamp
+    report = run_cli("mode=report", f"run_root={tmp_path}", "report.n_boot=200", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "## Paired comparisons" in report.stdout and (run_dir / "report/report.tex").exists()
+    written = report.stdout[report.stdout.index(f"written to {run_dir / 'report'}/: report.md"):]
+    plots = sorted(p.name for p in (run_dir / "report").glob("*.png"))
+    assert plots and all(name in written for name in plots) and "..." not in written
+    line = _one_line_error(run_cli("mode=report", f"run_root={tmp_path / 'none'}", cwd=tmp_path))
+    assert f"no finished run under {tmp_path / 'none'}/" in line
 
 
 def test_unreadable_checkpoint_is_one_line(tmp_path):

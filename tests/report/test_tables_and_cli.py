@@ -191,9 +191,20 @@ def test_report_cli_on_a_run_dir(tmp_path, capsys):
                         "--gallery-ids", "selftest-00001,selftest-00004"]) == 0
     out = capsys.readouterr().out
     assert "Reproduced only" in out and "selftest" in out
+    gallery = sorted((run_dir / "report").glob("gallery_*.png"))
+    assert f"written to {run_dir / 'report'}/: report.md, report.tex, comparison.csv, paired.csv" in out
+    assert f"  1 heatmap galleries: {gallery[0].name}" in out and "..." not in out.split("written to")[1]
     assert json.loads((run_dir / "metrics.json").read_text())["results"] == written["results"]  # refreshed
     gallery = list((run_dir / "report").glob("gallery_*.png"))
     assert len(gallery) == 1
     assert report_main([str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert report_main(["--runs-root", str(tmp_path / "empty")]) == 2
+
+
+def test_report_help_describes_the_command_in_whole_sentences(capsys):
+    with pytest.raises(SystemExit):
+        report_main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("tidy CSVs -> the paper's tables (Markdown, LaTeX), paired tests, plots; refreshes the run's metrics.csv / "
+            "metrics.json with the published numbers.") in help_text
