@@ -59,12 +59,16 @@ class Quantization(Enum):
 
 
 class ModelKind(Enum):
+    """The head a model is explained with; ``auto``: read from the checkpoint's ``config.json`` (``model=hf``,
+    :func:`palrp_bench.runner.model_identity.resolve_model`) before the cells are planned."""
+
     causal = "causal"
     classifier = "classifier"
     masked_lm = "masked_lm"
     seq2seq = "seq2seq"
     vit = "vit"
     none = "none"
+    auto = "auto"
 
 
 #: what each model kind is, in words (messages; the model kinds a task kind evaluates are declared by its adapter,
@@ -91,8 +95,10 @@ class Selection(Enum):
 
 @dataclass
 class ModelConfig:
-    """``configs/model/<name>.yaml``."""
+    """``configs/model/<name>.yaml``; ``model=hf model.source=<folder or hub id>`` for your own checkpoint
+    (``configs/model/hf.yaml``: name and kind read from the checkpoint)."""
 
+    #: the cell's model name (run directory, tables); ``model=hf``: derived from model.source unless given here
     name: str = MISSING
     #: how the model is loaded (:data:`palrp_bench.models.loading.LOADERS`): ``hf`` (Hugging Face hub id or local
     #: folder, optional NF4), ``timm`` (timm name or local checkpoint), ``embedded_text`` / ``embedded_vit`` (the

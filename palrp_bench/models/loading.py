@@ -3,7 +3,8 @@ NF4), timm vision transformers (DeiT: docs/protocol.md section 5), and the regis
 
 * :func:`load_hf_model`: a ``*ForCausalLM`` / ``*ForSequenceClassification`` from the hub or a local folder.
 * :func:`keep_4bit_differentiable`: stops bitsandbytes repacking 4-bit weights into a format without gradients.
-* :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub.
+* :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub;
+  :func:`load_timm_checkpoint`: a timm model saved in the hub's format (a folder or a hub id; ``model=hf``).
 * :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`); ``torchvision``
   loads torchvision ViTs as timm models (:mod:`palrp_bench.models.torchvision_vit`).
 * :func:`tokenizer_source`: which tokenizer a model config loads; :func:`weights_description`: what is read.
@@ -26,7 +27,7 @@ __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_
            "register_loader", "load_model", "DTYPES", "OFFLINE_LOADERS", "tokenizer_source", "holds_tokenizer",
            "local_tokenizer",
            "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
-           "AUTO_CLASSES", "auto_class", "random_model"]
+           "AUTO_CLASSES", "auto_class", "random_model", "load_timm_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -403,8 +404,29 @@ def _value(x):
     return getattr(x, "value", x)
 
 
+def load_timm_checkpoint(source: str):
+    """A timm model saved in the hub's format (``config.json`` with ``architecture`` and ``pretrained_cfg``, weights
+    beside it: ``timm.models.push_to_hf_hub`` / ``save_for_hf``) from a local folder (timm's ``local-dir:``) or a hub
+    id (``hf-hub:``), in eval mode; one-line errors."""
+    import timm
+
+    prefix = "local-dir:" if is_local_path(source) else "hf-hub:"
+    where = str(Path(source).expanduser()) if prefix == "local-dir:" else source
+    try:
+        return timm.create_model(prefix + where, pretrained=True).eval()
+    except (OSError, RuntimeError, ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise MissingDataError(f"cannot load the timm checkpoint {source}: {first}",
+                               "point model.source at a folder written by timm's save_for_hf (config.json and "
+                               "model.safetensors) or a timm hub id") from None
+
+
 @register_loader("hf")
 def _load_hf(cfg, device: str):
+    """Hugging Face checkpoints (hub id or folder); ``kind=vit``: a timm checkpoint in the hub's format
+    (:func:`load_timm_checkpoint`, ``model=hf`` with a timm folder)."""
+    if _value(cfg.kind) == "vit":
+        return load_timm_checkpoint(str(cfg.source)).to(device), None
     quant = None if _value(cfg.quantization) == "none" else _value(cfg.quantization)
     device_map = {"": device} if quant is not None else None
     model = load_hf_model(cfg.source, kind=_value(cfg.kind), dtype=_value(cfg.dtype), quantization=quant,

@@ -229,6 +229,9 @@ def architecture_of(model, constants: "CostConstants | None" = None) -> Architec
     found = hf_config_json(model, constants.architectures)
     if found is None:
         return None
+    if kind == "vit":  # a timm checkpoint in the hub's format (model=hf): its architecture and arguments
+        return _timm_architecture(str(found[0]["architecture"]),
+                                  json.dumps(found[0].get("model_args") or {}, sort_keys=True))
     return hf_architecture(found[0], kind, found[1])
 
 

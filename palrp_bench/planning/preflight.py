@@ -265,7 +265,8 @@ def _model_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Override
     else:
         needs.append(_HubNeed(source, "model", f"hub model {source} ({name})", hub_model_cached(source),
                               fix("model", name, "model.source=<folder>"), check_access=True))
-    _tokenizer_checks(model, found, needs, fix)
+    if getattr(model.kind, "value", model.kind) != "vit":  # a timm checkpoint (model=hf) has no tokenizer
+        _tokenizer_checks(model, found, needs, fix)
 
 
 def _tokenizer_checks(model, found: Preflight, needs: list[_HubNeed], fix: _Overrides) -> None:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import metric_samples, table_metrics
-from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, run_dir_lock
+from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, published_withheld, run_dir_lock
 from .html import DEFAULT_MAX_MB, HTML_NAME, write_html
 from .metrics_json import write_metrics_files
 from .published import attach_published, load_published
@@ -109,17 +109,25 @@ def write_run_html(run_dir: Path, report_cfg=None, max_mb: float | None = None) 
     n_boot = int(_option(report_cfg, "n_boot", 1000))
     df, metrics, run_dirs = _read_inputs([Path(run_dir)], confidence, n_boot)
     published = load_published(_option(report_cfg, "paper_dir", None))
-    metrics = attach_published(metrics, published)
-    return _write_html(Path(run_dir) / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot, max_mb)
+    withheld = _withheld(run_dirs)
+    metrics = attach_published(metrics, published, withheld)
+    return _write_html(Path(run_dir) / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot, max_mb,
+                       withheld=withheld)
+
+
+def _withheld(run_dirs: list[Path]) -> dict:
+    """The models of ``run_dirs`` that are not the paper's checkpoint (:func:`palrp_bench.rundir.published_withheld`)."""
+    return {key: reason for run_dir in run_dirs for key, reason in published_withheld(run_dir).items()}
 
 
 def _write_html(path: Path, df, metrics, published, run_dirs, confidence: float, n_boot: int, max_mb,
-                paired: pd.DataFrame | None = None) -> Path:
+                paired: pd.DataFrame | None = None, withheld: dict | None = None) -> Path:
     samples = metric_samples(df)
     if paired is None:
         paired = paired_frame(samples, confidence, n_boot)
     note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot, n_perm=N_PERMUTATIONS)
-    return write_html(path, df, metrics, run_dirs, confidence, paper=paper_tables(metrics, published, confidence),
+    return write_html(path, df, metrics, run_dirs, confidence,
+                      paper=paper_tables(metrics, published, confidence, withheld),
                       paired=paired_tables(paired, confidence), note=note, samples=samples,
                       max_mb=DEFAULT_MAX_MB if max_mb is None else float(max_mb))
 
@@ -138,14 +146,15 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html
     out_dir.mkdir(parents=True, exist_ok=True)
 
     published = load_published(_option(report_cfg, "paper_dir", None))
-    metrics = attach_published(metrics, published)
+    withheld = _withheld(run_dirs)
+    metrics = attach_published(metrics, published, withheld)
     files: list[Path] = []
     for run_dir in run_dirs:
         files += refresh_run_files(run_dir, metrics)
-    comparison = comparison_frame(metrics, published)
+    comparison = comparison_frame(metrics, published, withheld)
     paired = paired_frame(metric_samples(df), confidence, n_boot)
-    paper = paper_tables(metrics, published, confidence)
-    only = reproduced_only(metrics, published, confidence)
+    paper = paper_tables(metrics, published, confidence, withheld)
+    only = reproduced_only(metrics, published, confidence, withheld)
     pairs = paired_tables(paired, confidence)
 
     note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot, n_perm=N_PERMUTATIONS)
@@ -172,7 +181,7 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html
     files += [out_dir / "comparison.csv", out_dir / "paired.csv"]
     if html:
         files.append(_write_html(out_dir / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot,
-                                 html_max_mb, paired))
+                                 html_max_mb, paired, withheld))
     if plots and not df.empty:
         from .plots import plot_curves, plot_gallery
 

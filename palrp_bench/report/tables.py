@@ -156,13 +156,15 @@ def _unique(values) -> list:
     return list(dict.fromkeys(values))
 
 
-def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float) -> list[Table]:
+def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float,
+                 withheld: dict | None = None) -> list[Table]:
     """One table per paper table and run setting that reproduced at least one of its numbers (module docstring).
 
-    ``metrics``: a ``metrics.csv`` frame (published columns are (re)attached from ``published``)."""
+    ``metrics``: a ``metrics.csv`` frame (published columns are (re)attached from ``published``; the models of
+    ``withheld`` are not the paper's: :func:`~palrp_bench.report.published.attach_published`)."""
     if metrics.empty or published.empty:
         return []
-    rep = _cells(attach_published(metrics, published))
+    rep = _cells(attach_published(metrics, published, withheld))
     rep["paper_task_key"] = rep["paper_task"].astype(str).where(
         ~rep["paper_task"].astype(str).isin(["", "nan", "None"]), rep["task"].astype(str))
     tables = []
@@ -226,21 +228,26 @@ def _metric_note(metric: str) -> str:
     return spec.note if spec is not None else ""
 
 
-def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float) -> list[Table]:
-    """:func:`cell_tables` of the rows the paper has no number for (embedded models, extra methods, mAP, ...)."""
-    rep = _cells(attach_published(metrics, published)) if not metrics.empty else metrics
+def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float,
+                    withheld: dict | None = None) -> list[Table]:
+    """:func:`cell_tables` of the rows the paper has no number for (embedded models, extra methods, mAP, models that
+    are not the paper's checkpoint: ``withheld``, ...)."""
+    rep = _cells(attach_published(metrics, published, withheld)) if not metrics.empty else metrics
     return cell_tables(rep[rep["paper_table"] == ""], confidence) if not rep.empty else []
 
 
-def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame, withheld: dict | None = None) -> pd.DataFrame:
     """Long form: every ``metrics.csv`` row with its published number and difference, plus one row per published
-    number that was not reproduced (``value`` NaN), so a partial run shows what is missing."""
-    rep = attach_published(metrics, published) if not metrics.empty else metrics.copy()
+    number that was not reproduced (``value`` NaN), so a partial run shows what is missing (the rows of a model that
+    is not the paper's checkpoint, ``withheld``, reproduce none)."""
+    rep = attach_published(metrics, published, withheld) if not metrics.empty else metrics.copy()
     numbers = published_numbers(published)
     if not rep.empty:
         paper_task = rep["paper_task"].astype(str).where(~rep["paper_task"].astype(str).isin(["", "nan", "None"]),
                                                          rep["task"].astype(str))
-        seen = set(zip(rep["model"], paper_task, rep["method"], rep["variant"], rep["metric"]))
+        mine = [(str(r), str(m)) not in (withheld or {}) for r, m in zip(rep["run"], rep["model"])]
+        seen = {key for key, own in zip(zip(rep["model"], paper_task, rep["method"], rep["variant"], rep["metric"]),
+                                        mine) if own}
         rep = rep.assign(run_task=rep["task"], task=paper_task)
     else:
         seen = set()

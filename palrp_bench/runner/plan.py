@@ -8,11 +8,15 @@ method given) or filter the experiment's cells.
 An experiment may set what its paper ran with: a block's ``dtype`` replaces its models' dtype in its cells (also
 for a single cell of the experiment named on the command line, unless the command line sets ``model.dtype``), and
 the experiment's ``stabilizers`` apply when the command line sets none (``evidence_table1``: float64 on sva and ra, exact rules; docs/evidence.md).
+
+``model=hf`` is resolved from its checkpoint, and a model that is not the paper's checkpoint of the shipped config it
+borrows runs in float32 unless ``model.dtype`` is on the command line (:mod:`.model_identity`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -27,8 +31,11 @@ from ..numerics import resolve_tf32
 from ..rundir import cell_directory
 from ..schema import DType, ModelConfig, TaskConfig
 from .batching import check_batch_size
+from .model_identity import PaperIdentity, paper_identity, resolve_model
 from .sharding import check_shard
 from .store import store_name
+
+log = logging.getLogger("palrp_bench.runner")
 
 
 def _plain(value):
@@ -66,6 +73,9 @@ class Cell:
     tf32: str = "conv"
     #: the run's ``embeddings`` switch as asked (``full`` / ``partial``); where it applies: :attr:`embeddings_setting`
     embeddings: str = "full"
+    #: whether the model is the paper's checkpoint of its shipped config (None: no shipped config has its name);
+    #: recorded in ``cell.json``, read where published numbers are attached (:mod:`.model_identity`)
+    identity: PaperIdentity | None = None
 
     @property
     def stabilizer_choice(self) -> str:
@@ -157,7 +167,8 @@ class Cell:
                 "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
                 "stabilizers": self.stabilizer_choice, "tf32": self.tf32, "embeddings": self.embeddings_setting,
                 "aggregation": self.aggregation, "rules": self.rules,
-                "fingerprint": self.fingerprint(), "settings": self.settings()}
+                "fingerprint": self.fingerprint(), "settings": self.settings(),
+                **({"paper_checkpoint": self.identity.record()} if self.identity is not None else {})}
 
 
 @dataclass
@@ -253,6 +264,13 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
                                                                      ModelConfig).dtype):
             # the block's dtype, unless the command line set model.dtype (a value other than the config file's)
             model = replace(model, dtype=DType(getattr(block_dtype, "value", block_dtype)))
+        model = resolve_model(model)  # model=hf: kind and name from the checkpoint's config.json
+        identity = paper_identity(model)
+        if (identity is not None and identity.matches is False and model.dtype != DType.float32
+                and not _dtype_told(model)):
+            log.info("model %s: %s; it runs in float32, not the paper config's %s (model.dtype=... to choose)",
+                     model.name, identity.reason, model.dtype.value)
+            model = replace(model, dtype=DType.float32)
         method = get_method(method_name)
         modality = MODEL_MODALITY.get(model.kind.value)
         if modality is not None:  # e.g. a ViT-only composite on a language model: refused before any job runs
@@ -279,7 +297,8 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
                     rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32, embeddings=embeddings,
-                    tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
+                    tie_break=tie_break if _metric_applies("vision_perturbation", task) else None,
+                    identity=identity)
         if cell.key in seen:
             continue
         seen.add(cell.key)
@@ -288,6 +307,17 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
         raise BadInputError(f"metric={metric_choice} applies to none of the selected cells",
                             "choose a metric that fits the tasks (see configs/metric/)")
     return cells
+
+
+def _dtype_told(model: ModelConfig) -> bool:
+    """Whether the command line chose the dtype of ``model`` (named after a shipped config): Hydra's record of the
+    overrides says ``model.dtype=``, or the dtype differs from the shipped config's (outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and any(o.split("=", 1)[0].lstrip("+~") == "model.dtype"
+                                         for o in HydraConfig.get().overrides.task):
+        return True
+    return model.dtype != _to_object(catalog.load("model", model.name), ModelConfig).dtype
 
 
 def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
