@@ -36,12 +36,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import BadInputError
+from ..errors import BadInputError, is_out_of_memory
 
 __all__ = [
     "scale_grad",
@@ -105,21 +105,28 @@ FUSED_MIN_ELEMENTS = 1 << 20
 _log = logging.getLogger(__name__)
 
 
-def _stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
+def _stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """``grad * z / (z + eps)``, 0 where ``z / (z + eps)`` is not finite: the backward of :func:`stabilize`.
 
-    Eager, this is four elementwise passes over one temporary (it runs on every linear output and sum of every
-    layer); ``z + eps == 0`` only where ``z == -eps != 0``, so the division gives +-inf exactly there, set to 0
-    (as is the NaN of a non-finite ``z``). Compiled (:func:`_fused_kernel`), the same expression is one kernel
-    that reads ``grad`` and ``z`` once and writes the result."""
+    ``eps`` is a 0-dim tensor of ``z``'s dtype on ``z``'s device (:func:`_eps_tensor`), so ``z + eps`` adds the same
+    number on every device and in the compiled kernel (a Python float is rounded to the dtype by some kernels and
+    added in float32 by others). Two numbers of one dtype sum to exactly 0 only when one is minus the other, so the
+    denominator vanishes exactly where ``z == -eps``, whether the sum is rounded to the dtype or kept in float32;
+    the division gives +-inf there, set to 0 (as is the NaN of a non-finite ``z``). Eager, this is four elementwise
+    passes over one temporary (it runs on every linear output and sum of every layer); compiled
+    (:func:`_fused_kernel`), the same expression is one kernel that reads ``grad`` and ``z`` once and writes the
+    result."""
     factor = torch.div(z, z + eps).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     return factor.mul_(grad)
 
 
-#: device type -> the compiled kernel, or None once it failed there (then the eager expression runs)
-_FUSED: dict[str, Callable | None] = {}
-#: (device type, dtype) pairs whose compiled kernel has run once without error
-_FUSED_CHECKED: set[tuple[str, torch.dtype]] = set()
+#: device type -> ``torch.compile`` of :func:`_stabilized_grad`, or None once building or running it failed there
+_COMPILED: dict[str, Callable | None] = {}
+#: (device type, dtype) -> the compiled kernel after it agreed with the eager expression on :func:`_probe`, or None
+#: where it did not (or could not be built): then the eager expression answers
+_FUSED: dict[tuple[str, torch.dtype], Callable | None] = {}
+#: ``eps`` values the probe checks every kernel with (the official sets' values), besides the one of the first call
+PROBE_EPS = (1e-8, 0.5e-8, 1e-6, 0.5e-6, 1e-5)
 
 
 def fused_stabilizers() -> str:
@@ -132,55 +139,140 @@ def fused_stabilizers() -> str:
     return mode
 
 
-def _fused_kernel(device_type: str) -> Callable | None:
-    """The compiled :func:`_stabilized_grad` for ``device_type``, or None where the mode leaves it eager or
-    ``torch.compile`` is unavailable (built once per device type; called on flat tensors with dynamic sizes and
-    ``eps`` as an input, so one graph per dtype serves every place of every layer)."""
-    mode = fused_stabilizers()
-    if mode == "off" or (mode == "auto" and device_type != "cuda"):
-        return None
-    if device_type not in _FUSED:
+def _compiled(device_type: str) -> Callable | None:
+    """``torch.compile`` of :func:`_stabilized_grad` for ``device_type`` (built once; None where it failed): flat
+    tensors with dynamic sizes and ``eps`` a tensor input, so one graph per dtype serves every place, every layer and
+    every ``eps``."""
+    if device_type not in _COMPILED:
         try:
             # emulate_precision_casts: bf16 / fp16 intermediates rounded as the eager ops round them
-            _FUSED[device_type] = torch.compile(_stabilized_grad, dynamic=True, fullgraph=True,
-                                                options={"emulate_precision_casts": True})
+            _COMPILED[device_type] = torch.compile(_stabilized_grad, dynamic=True, fullgraph=True,
+                                                   options={"emulate_precision_casts": True})
         except Exception as err:  # noqa: BLE001 - no compiler backend here: the eager expression does the same
             _fused_failed(device_type, err)
-    return _FUSED.get(device_type)
+    return _COMPILED.get(device_type)
+
+
+def _fused_kernel(device: torch.device | str, dtype: torch.dtype, eps: float | None = None) -> Callable | None:
+    """The compiled kernel for ``device``'s type and ``dtype`` once it passed :func:`_check_kernel`, or None where
+    the mode leaves the backward eager, ``torch.compile`` is unavailable or the kernel disagreed with the eager
+    expression (checked once per device type and dtype, with ``eps`` among the probe's values, before the kernel
+    computes anything that is used)."""
+    device = torch.device(device)
+    mode = fused_stabilizers()
+    if mode == "off" or (mode == "auto" and device.type != "cuda"):
+        return None
+    key = (device.type, dtype)
+    if key not in _FUSED:
+        kernel = _compiled(device.type)
+        _FUSED[key] = None if kernel is None else _check_kernel(kernel, device, dtype, () if eps is None else (eps,))
+    return _FUSED[key]
 
 
 def _fused_failed(device_type: str, err: BaseException) -> None:
-    _FUSED[device_type] = None
+    _COMPILED[device_type] = None
     _log.warning("fused stabilisers unavailable on %s (%s: %s); using the eager expression", device_type,
                  type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
 
 
 @lru_cache(maxsize=None)
-def _in_dtype(eps: float, dtype: torch.dtype) -> float:
-    """``eps`` rounded to ``dtype``, as eager ``z + eps`` rounds a Python scalar before adding it; the compiled
-    kernel gets it rounded so that both add the same number."""
-    return float(torch.tensor(eps, dtype=dtype))
+def _eps_tensor(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``eps`` as a 0-dim tensor of ``dtype`` on ``device`` (rounded to the dtype once, here): what
+    :func:`_stabilized_grad` adds, eager or compiled, on any device."""
+    return torch.tensor(eps, dtype=dtype, device=device)
+
+
+def _probe(eps: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad, z)`` of ``dtype`` on ``device`` holding the inputs where a kernel can go wrong: ``z = -eps``
+    exactly, 1-4 ulps and 0.1-5 % of ``eps`` from it on both sides, values of the order of ``eps`` and far above
+    it, 0 and -0, +-tiny (the smallest normal numbers and a subnormal), NaN, +-inf, +-1 and the largest finite
+    values, each with an ordinary gradient; the first 32 ``z`` again with gradients 0, tiny and huge."""
+    info = torch.finfo(dtype)
+    cpu = torch.device("cpu")
+    minus_eps = -_eps_tensor(eps, dtype, cpu)
+    near = [minus_eps]
+    for direction in (float("inf"), float("-inf")):
+        step = minus_eps
+        for _ in range(4):
+            step = torch.nextafter(step, torch.tensor(direction, dtype=dtype))
+            near.append(step)
+    special = [0.0, -0.0, info.tiny, -info.tiny, info.tiny / 8, float("nan"), float("inf"), float("-inf"), info.max,
+               -info.max, 1.0, -1.0]
+    gen = torch.Generator().manual_seed(0)
+    relative = -eps * (1 + torch.tensor([-0.05, -0.01, -1e-3, 1e-3, 0.01, 0.05], dtype=torch.float64))
+    around = (torch.rand(512, generator=gen, dtype=torch.float64) * 8 - 4) * eps
+    far = torch.randn(256, generator=gen, dtype=torch.float64) * torch.logspace(-3, 6, 256, dtype=torch.float64) * eps
+    z = torch.cat([torch.stack(near).to(torch.float64), torch.tensor(special, dtype=torch.float64), relative, around,
+                   far]).to(dtype)
+    grad = torch.randn(z.numel(), generator=gen, dtype=torch.float64).to(dtype)
+    extra = torch.tensor([0.0, info.tiny, info.max / 4, -info.max / 4], dtype=torch.float64).to(dtype)
+    z = torch.cat([z, z[:32].repeat(len(extra))])
+    grad = torch.cat([grad, extra.repeat_interleave(32)])
+    return grad.to(device), z.to(device)
+
+
+def _disagreement(fused: torch.Tensor, eager: torch.Tensor, z: torch.Tensor) -> str | None:
+    """None when ``fused`` equals ``eager`` to rounding: NaN and +-inf at the same places, every finite element
+    within 2 ulp of the dtype (relative) plus its smallest normal number (absolute: subnormal results may be
+    flushed); else one line naming how many elements differ and the first of them."""
+    info = torch.finfo(eager.dtype)
+    f, e = fused.double(), eager.double()
+    nonfinite = ~torch.isfinite(f) | ~torch.isfinite(e)
+    same_nonfinite = (torch.isnan(f) & torch.isnan(e)) | (f == e)
+    bad = torch.where(nonfinite, ~same_nonfinite, (f - e).abs() > 2 * info.eps * e.abs() + info.tiny)
+    if not bool(bad.any()):
+        return None
+    i = int(bad.nonzero()[0, 0])
+    return (f"{int(bad.sum())} of {bad.numel()} probe elements differ, first at z={float(z.reshape(-1)[i]):.6g}: "
+            f"compiled {float(f[i]):.6g}, eager {float(e[i]):.6g}")
+
+
+def _check_kernel(kernel: Callable, device: torch.device, dtype: torch.dtype, eps: Iterable[float] = ()
+                  ) -> Callable | None:
+    """``kernel`` if it equals the eager expression to rounding on :func:`_probe` for every eps of
+    :data:`PROBE_EPS` and ``eps``, else None after one warning (a kernel that raises drops the device type:
+    :func:`_fused_failed`). Nothing the kernel computes is used before this check."""
+    try:
+        with torch.no_grad():
+            for value in dict.fromkeys((*PROBE_EPS, *eps)):
+                grad, z = _probe(value, dtype, device)
+                eps_t = _eps_tensor(value, dtype, device)
+                problem = _disagreement(kernel(grad, z, eps_t), _stabilized_grad(grad, z, eps_t), z)
+                if problem is not None:
+                    _log.warning("fused stabilisers on %s in %s differ from the eager expression (eps=%g: %s); "
+                                 "using the eager expression", device.type, str(dtype).replace("torch.", ""),
+                                 value, problem)
+                    return None
+    except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler or Triton: same numbers, eager
+        _fused_failed(device.type, err)
+        return None
+    return kernel
 
 
 def stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
-    """The backward of :func:`stabilize`: compiled into one kernel where :func:`fused_stabilizers` says so and ``z``
-    has at least :data:`FUSED_MIN_ELEMENTS` elements, else eager; equal to float rounding either way. A compiled
-    kernel that fails on its first call for a device and dtype is dropped for that device with one warning, and
-    the eager expression answers."""
-    kernel = _fused_kernel(z.device.type) if z.numel() >= FUSED_MIN_ELEMENTS else None
+    """The backward of :func:`stabilize`: one compiled kernel where :func:`fused_stabilizers` says so, ``z`` has at
+    least :data:`FUSED_MIN_ELEMENTS` elements and the kernel for ``z``'s device type and dtype agreed with the eager
+    expression on the probe (:func:`_check_kernel`, run once before its first use), else the eager expression;
+    equal to float rounding either way. The kernel runs only with gradients off, as in a backward pass (a graph
+    that differentiates the backward itself, ``create_graph=True``, needs the eager expression; grad mode is also
+    part of the compiled graph's guards). A kernel that fails later (other than by running out of memory, which the
+    caller handles) is dropped for its device type and dtype with one warning, and the eager expression answers."""
+    eps_t = _eps_tensor(float(eps), z.dtype, z.device)
+    kernel = None
+    if z.numel() >= FUSED_MIN_ELEMENTS and grad.dtype == z.dtype and not torch.is_grad_enabled():
+        kernel = _fused_kernel(z.device, z.dtype, float(eps))
     if kernel is None:
-        return _stabilized_grad(grad, z, eps)
-    key = (z.device.type, z.dtype)
-    eps = _in_dtype(eps, z.dtype)
-    if key in _FUSED_CHECKED:
-        return kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
-    try:  # flat: one compiled graph per dtype, whatever the rank
-        out = kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
-    except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler or Triton: same numbers, eager
-        _fused_failed(z.device.type, err)
-        return _stabilized_grad(grad, z, eps)
-    _FUSED_CHECKED.add(key)
-    return out
+        return _stabilized_grad(grad, z, eps_t)
+    try:  # flat and detached: one compiled graph per dtype, whatever the rank and the saved tensor's requires_grad
+        return kernel(grad.detach().reshape(-1), z.detach().reshape(-1), eps_t).view(z.shape)
+    except Exception as err:  # noqa: BLE001 - e.g. dynamo's recompile limit: same numbers, eager
+        if is_out_of_memory(err):
+            raise
+        _FUSED[(z.device.type, z.dtype)] = None
+        _log.warning("fused stabilisers on %s in %s failed (%s: %s); using the eager expression", z.device.type,
+                     str(z.dtype).replace("torch.", ""), type(err).__name__,
+                     str(err).splitlines()[0][:200] if str(err) else "")
+        return _stabilized_grad(grad, z, eps_t)
 
 
 class _Stabilize(torch.autograd.Function):
