@@ -144,16 +144,50 @@ def test_help_starts_with_what_the_tool_does_and_three_examples(tmp_path):
 
 
 def test_version_is_ours_with_the_git_commit(tmp_path):
+    """``--version`` prints the installed version and, when the package runs from a checkout of this project (its
+    parent holds ``.git`` and ``pyproject.toml``: the CLI's own question, ``cli._checkout_commit``), that
+    checkout's commit. A source tree that is not a checkout, e.g. an unpacked archive inside another git repository,
+    prints no commit, even though ``git rev-parse`` there would name the enclosing repository's."""
     import subprocess
     from importlib import metadata
 
+    from palrp_bench.cli import _checkout_commit
     from runner.harness import REPO
 
     done = run_cli("--version", cwd=tmp_path)
     assert done.returncode == 0 and "Hydra" not in done.stdout
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    expected = f"palrp-bench {metadata.version('palrp-bench')}" + (f" (git {head[:12]}" if head else "")
-    assert done.stdout.startswith(expected)  # the commit only when running from a checkout
+    commit = _checkout_commit()
+    if (REPO / ".git").exists():  # a checkout (or worktree) of this project: its own commit, whatever encloses it
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        assert head and commit is not None and commit.startswith(head[:12])
+    else:
+        assert commit is None
+    expected = f"palrp-bench {metadata.version('palrp-bench')}" + (f" (git {commit})" if commit else "")
+    assert done.stdout.strip() == expected
+
+
+def test_a_source_tree_inside_another_repository_names_no_commit(tmp_path, monkeypatch):
+    """What the GPU machine had: the project unpacked from an archive inside some other git repository. The CLI
+    asks whether the package's own root is a checkout, not git, so it prints no commit there."""
+    import subprocess
+
+    from palrp_bench import cli
+
+    outer = tmp_path / "outer"
+    package = outer / "palrp" / "palrp_bench"
+    package.mkdir(parents=True)
+    (outer / "palrp" / "pyproject.toml").write_text("[project]\nname = 'palrp-bench'\n")
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "outer"], check=True)
+    monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
+    assert cli._checkout_commit() is None
+    subprocess.run(["git", "init", "-q", str(outer / "palrp")], check=True)  # now the tree is a checkout itself
+    subprocess.run(["git", "-C", str(outer / "palrp"), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "own"], check=True)
+    own = subprocess.run(["git", "-C", str(outer / "palrp"), "rev-parse", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    assert cli._checkout_commit() == own[:12]
 
 
 def test_batch_size_takes_an_integer_or_auto(tmp_path):
