@@ -71,6 +71,9 @@ METRICS_CSV_COLUMNS = METRIC_COLUMNS + PAPER_COLUMNS
 NONFINITE_METRIC = "nonfinite_relevance"
 #: per-sample 0/1 row: was the model's prediction correct (tasks with a label)
 CORRECT_METRIC = "correct"
+#: per-sample row, and the metric config (``configs/metric/``) that computes it: how far the sample's map lies from
+#: the float64 map of the same model (``runner.map_sensitivity``; docs/evaluation.md "Maps that rounding decides")
+MAP_SENSITIVITY_METRIC = "map_sensitivity"
 #: step of scalar rows (stored as an empty CSV cell, read back as NaN)
 SCALAR = None
 #: variant of rows that have none

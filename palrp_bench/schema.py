@@ -248,6 +248,11 @@ class RunnerConfig:
     html: bool = True
     #: most MB of cached explanations that report.html embeds (the samples past it are listed without them)
     html_max_mb: float = 30.0
+    #: explain every sample once more with a float64 copy of the model (on the same device: 8 bytes per parameter)
+    #: and record how far its map lies from the run's (metric ``map_sensitivity``, per sample in results.csv, the
+    #: share above 1e-3 in metrics.csv); added to every cell whose task kind and model take it (docs/evaluation.md
+    #: "Maps that rounding decides")
+    map_sensitivity: bool = False
 
 
 @dataclass

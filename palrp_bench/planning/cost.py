@@ -52,6 +52,7 @@ from pathlib import Path
 from ..errors import BadInputError
 from ..models.loading import AUTO_CLASSES, hf_config_json
 from ..numerics import device_kind as accelerator_kind
+from ..rundir import MAP_SENSITIVITY_METRIC
 from ..runner.user_cache import user_cache_dir
 
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
@@ -253,6 +254,9 @@ class Work:
     #: tokens of the task's longest sample where the plan measured them (0: unknown); peak memory is sized for a
     #: batch of those (:func:`peak_memory`), time for the mean
     longest_tokens: float = 0.0
+    #: metric ``map_sensitivity``: a float64 copy of the model sits beside it and one of the explanations is its
+    #: (priced like the others: on GPUs float64 is slower than this says)
+    float64_copy: bool = False
 
 
 def typical_tokens(task, constants: "CostConstants") -> float | None:
@@ -353,7 +357,16 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
     ``vision_perturbation`` :data:`VISION_FORWARDS` (and a second, target-class explanation),
     ``attnlrp_perturbation`` two curves over the features (tokens / pixels, at most ``perturbation_steps``),
     ``segmentation`` / ``positional_share`` / ``evidence`` none (the evidence metrics score the explanation alone;
-    its selection forwards each candidate once, priced apart)."""
+    its selection forwards each candidate once, priced apart); ``map_sensitivity`` one more explanation, by the
+    model's float64 copy (:attr:`Work.float64_copy`)."""
+    work = _metric_work(cell, arch, constants)
+    if work is not None and MAP_SENSITIVITY_METRIC in cell.metrics:
+        work = replace(work, explanations=work.explanations + 1, float64_copy=True)
+    return work
+
+
+def _metric_work(cell, arch: Architecture, constants: "CostConstants") -> Work | None:
+    """:func:`sample_work` of the metrics that evaluate the cell's own explanations."""
     from ..methods.registry import get_method
 
     kind, metrics = cell.task.kind, set(cell.metrics)
@@ -670,7 +683,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     only one layer's; ALTI and ALTI-Logit (no backward through the model) hold :func:`alti_memory` instead. Weights:
     by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`. ``T_e`` and ``T_f`` are the work's mean tokens, or its
     longest sample's where measured (``Work.longest_tokens``: batches hold samples of similar length, so the
-    longest ones meet in one batch)."""
+    longest ones meet in one batch). With :attr:`Work.float64_copy` (metric ``map_sensitivity``) the weights take
+    8 bytes per parameter more and the explanation's activations 8 bytes per value (the float64 one is the
+    larger)."""
     if arch.family == "none":
         return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
     import torch
@@ -693,6 +708,9 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
         per_token = ((mem.get("forward_per_hidden", 6) * arch.hidden + mem.get("forward_per_ffn", 3) * arch.ffn)
                      + arch.heads * t_f) * width
         forward = rows * t_f * per_token
+    if work.float64_copy:
+        weights += arch.params * 8
+        explain = max(explain, explain * 8 / width)
     runtime = 0.0 if str(device).startswith("cuda") else float(mem.get("runtime_bytes", 0))
     return runtime + weights + max(explain, forward)
 

@@ -28,7 +28,7 @@ from ..errors import BadInputError
 from ..lrp.recompute import check_checkpoint
 from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..numerics import resolve_tf32
-from ..rundir import cell_directory
+from ..rundir import MAP_SENSITIVITY_METRIC, cell_directory
 from ..schema import DType, ModelConfig, TaskConfig
 from .batching import check_batch_size
 from .model_identity import PaperIdentity, paper_identity, resolve_model
@@ -254,6 +254,8 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
 
     cells: list[Cell] = []
     seen: set[str] = set()
+    map_sensitivity = bool(cfg.runner.get("map_sensitivity", False))
+    without_map_sensitivity: list[str] = []
     for model_name, task_name, method_name, block_metrics, block_dtype in triples:
         model = _to_object(cfg.model, ModelConfig) if "model" in chosen else catalog.load("model", model_name)
         task = _to_object(cfg.task, TaskConfig) if "task" in chosen else catalog.load("task", task_name)
@@ -294,6 +296,11 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             metrics = (metric_choice,)
         if not metrics:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
+        if map_sensitivity and MAP_SENSITIVITY_METRIC not in metrics:
+            if _metric_applies(MAP_SENSITIVITY_METRIC, task) and model.quantization.value == "none":
+                metrics = (*metrics, MAP_SENSITIVITY_METRIC)
+            else:  # the evidence and seq2seq kinds, the self-test, NF4 models (no float64 copy)
+                without_map_sensitivity.append(f"{model.name}/{task.name}")
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
                     rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32, embeddings=embeddings,
@@ -306,6 +313,10 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     if not cells:
         raise BadInputError(f"metric={metric_choice} applies to none of the selected cells",
                             "choose a metric that fits the tasks (see configs/metric/)")
+    if without_map_sensitivity:
+        log.warning("runner.map_sensitivity: no float64 maps for %s (the metric applies to the task kinds %s of "
+                    "unquantized models)", ", ".join(sorted(set(without_map_sensitivity))),
+                    ", ".join(catalog.load("metric", MAP_SENSITIVITY_METRIC).applies_to))
     return cells
 
 

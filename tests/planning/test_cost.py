@@ -209,6 +209,24 @@ def test_estimate_arithmetic_follows_the_documented_formula(tmp_path):
     assert result.peak_bytes == pytest.approx(1e9 + params * 2 + max(explain, forward))
 
 
+def test_map_sensitivity_prices_one_float64_explanation_and_copy(tmp_path):
+    """``runner.map_sensitivity=true``: one more explanation per sample, and the float64 copy's 8 bytes per parameter
+    beside the bf16 weights, with the explanation's activations at 8 bytes (the runner's float64 one)."""
+    constants = _constants()
+    plain = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp"))[0]
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp",
+                                  "runner.map_sensitivity=true"))[0]
+    assert cell.metrics == (*plain.metrics, "map_sensitivity")
+    base, result = (estimate(c, 10, "cpu", constants=constants, kind="cpu/test/2t") for c in (plain, cell))
+    assert result.work == Work(2, 512.0, NLP_FORWARDS, 300.0, 2.0, float64_copy=True)
+    assert result.units_per_sample > base.units_per_sample
+    arch = architecture_of(cell.model, constants)
+    d, layers, heads, ffn = 2048, 22, 32, 5632
+    explain64 = 8 * 512 * layers * ((10 * d + 4 * ffn) + 2 * heads * 512) * 8
+    forward = 64 * 300 * ((6 * d + 3 * ffn) + heads * 300) * 2
+    assert result.peak_bytes == pytest.approx(1e9 + arch.params * (2 + 8) + max(explain64, forward))
+
+
 def test_nf4_weights_count_half_a_byte_per_quantized_parameter(tmp_path):
     constants = _constants()
     cells = plan_cells(compose_cfg(tmp_path, "experiment=table1", "model=llama2_7b_4bit"))

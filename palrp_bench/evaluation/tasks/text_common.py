@@ -8,7 +8,8 @@ Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rule
 reused from the cell's explanation cache when present), then the generation / pruning perturbation curves
 (:func:`palrp_bench.evaluation.nlp_perturbation.nlp_perturbation_curves`) of every sample, stored as rows
 ``ac`` / ``mse`` x ``generation`` / ``pruning`` x the 11 fractions, plus ``correct`` (0/1) when the sample has a
-gold answer.
+gold answer, and with metric ``map_sensitivity`` (``runner.map_sensitivity=true``) the distance of the token scores to
+those of the model's float64 copy (:mod:`palrp_bench.evaluation.map_sensitivity`).
 
 Every sample is explained at its real length (its first ``meta['n_tokens']`` tokens; a batch is right-padded only
 to its longest real sample, and the runner batches samples of similar length, :meth:`TextAdapter.sample_length`).
@@ -34,8 +35,9 @@ from ...data.base import TextSample
 from ...data.registry import load_dataset
 from ...data.text_common import real_token_count
 from ...metrics.auc import NLP_FRACTIONS
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ...rundir import CORRECT_METRIC, MAP_SENSITIVITY_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import TEXT_PROCESS, area_rows, token_logit_curves
+from ..map_sensitivity import sensitivity_rows
 from .base import JobContext, SampleResult, explorer_arrays, nonfinite_result, pad_id
 
 __all__ = ["TextAdapter"]
@@ -94,12 +96,19 @@ class TextAdapter:
         """Index groups explained together (all of the batch by default)."""
         return [list(range(len(samples)))]
 
+    def _explain_real(self, model, bundle, batch, ctx, target=None):
+        """``palrp_bench.explain`` of ``model`` (the bundle's, or its float64 copy) on the group's real tokens
+        (module docstring), on the CPU afterwards."""
+        import palrp_bench
+
+        real_ids, real_mask = _batch(batch, pad_id(bundle), real_only=True)
+        return palrp_bench.explain(model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
+                                   target=target, **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
+
     def _explained(self, bundle, batch, ids, mask, ctx) -> tuple[torch.Tensor, list[dict], list[dict | None]]:
         """Scores ``[B, T]`` (``T`` = the group's padded width; 0 after each sample's real tokens), info and
         arrays to cache of a group: from the explanation cache when every sample of the group is there (nothing to
         cache then), else from one ``palrp_bench.explain`` call on the real tokens (module docstring)."""
-        import palrp_bench
-
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in batch]
         if all(c is not None and _CACHE_KEYS <= set(c) for c in cached):
             scores = torch.zeros(ids.shape, dtype=torch.float32)
@@ -109,9 +118,7 @@ class TextAdapter:
                       "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
                       "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
             return scores, infos, [None] * len(batch)
-        real_ids, real_mask = _batch(batch, pad_id(bundle), real_only=True)
-        rel = palrp_bench.explain(bundle.model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
-                                  **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
+        rel = self._explain_real(bundle.model, bundle, batch, ctx)
         scores = torch.zeros(ids.shape, dtype=torch.float32)
         infos, arrays = [], []
         for j, sample in enumerate(batch):
@@ -164,6 +171,13 @@ class TextAdapter:
                                            [infos[j]["explained"] for j in ok], process=TEXT_PROCESS,
                                            max_steps=ctx.task.perturbation_steps, batch_size=ctx.forward_batch_size)
             correct = self._correct_flags(bundle, [batch[j] for j in ok], [infos[j]["explained"] for j in ok])
+            sensitivity = None
+            if MAP_SENSITIVITY_METRIC in metrics:  # the same maps from the model's float64 copy
+                kept = [batch[j] for j in ok]
+                explained = torch.tensor([infos[j]["explained"] for j in ok])
+                real = mask[ok].bool()[:, :max(real_token_count(sample) for sample in kept)]
+                sensitivity = sensitivity_rows(scores[ok][:, :real.shape[1]], lambda model: self._explain_real(
+                    model, bundle, kept, ctx, target=explained.to(bundle.device)).scores.where(real, 0.0), bundle)
             for k, j in enumerate(ok):
                 rows = []
                 if curves is not None:
@@ -173,6 +187,8 @@ class TextAdapter:
                                      for step, v in zip(NLP_FRACTIONS.labels, curves[variant][metric][k])]
                 if areas is not None:
                     rows += area_rows(areas[k], TEXT_PROCESS)
+                if sensitivity is not None:
+                    rows += sensitivity[k]
                 if correct[k] is not None:
                     rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(correct[k])))
                 results[group[j]] = SampleResult(batch[j].sample_id, rows, infos[j], arrays[j])

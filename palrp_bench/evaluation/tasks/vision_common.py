@@ -23,6 +23,9 @@ Then, by the cell's metrics:
   mask (``pix_correct``, ``pix_labeled``, ``inter_bg`` ... ``union_fg``) and its ``ap``
   (:func:`palrp_bench.metrics.segmentation.segmentation_counts`), variant ``mean_threshold``;
 
+* ``map_sensitivity`` (``runner.map_sensitivity=true``): the distance of the predicted-class map to that of the
+  model's float64 copy for the same pixels and class (:mod:`palrp_bench.evaluation.map_sensitivity`);
+
 plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
 :func:`palrp_bench.data.registry.load_dataset` (``synthetic_vision``, ``imagenet``, ``imagenet_seg``).
 """
@@ -39,8 +42,9 @@ from ...data.registry import load_dataset, sample_ids_of
 from ...errors import BadInputError
 from ...metrics.perturbation import VISION_FRACTIONS, tied_pixel_share
 from ...metrics.segmentation import segmentation_counts
-from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ...rundir import CORRECT_METRIC, MAP_SENSITIVITY_METRIC, NO_VARIANT, SCALAR
 from ..attnlrp_perturbation import VISION_PROCESS, area_rows, pixel_logit_curves
+from ..map_sensitivity import sensitivity_rows
 from .base import JobContext, SampleResult, explorer_arrays, nonfinite_result
 
 __all__ = ["VisionAdapter", "LazyImageSample", "SEGMENTATION_THRESHOLD"]
@@ -87,10 +91,12 @@ class VisionAdapter:
         logits = bundle.model(norm(images).to(bundle.device))
         return [s.label is not None and int(p) == s.label for s, p in zip(samples, logits.argmax(-1).cpu())]
 
-    def _explain(self, bundle, pixels, ctx: JobContext, target=None):
+    def _explain(self, bundle, pixels, ctx: JobContext, target=None, model=None):
+        """``palrp_bench.explain`` of ``model`` (default: the bundle's) on ``pixels``, on the CPU afterwards."""
         import palrp_bench
 
-        return palrp_bench.explain(bundle.model, pixels, target=target, **ctx.explain_kwargs()).to("cpu")
+        return palrp_bench.explain(bundle.model if model is None else model, pixels, target=target,
+                                   **ctx.explain_kwargs()).to("cpu")
 
     def _explained(self, bundle, samples, images, ctx, with_target: bool,
                    with_signed: bool = False) -> tuple[dict, list[dict | None]]:
@@ -213,6 +219,13 @@ class VisionAdapter:
                             ("inter_fg", variant, SCALAR, float(counts.intersection[k, 1])),
                             ("union_fg", variant, SCALAR, float(counts.union[k, 1])),
                             ("ap", variant, SCALAR, float(counts.average_precision[k]))]
+        if ok and MAP_SENSITIVITY_METRIC in metrics:  # the predicted-class map from the model's float64 copy
+            pixels = resolve_normalization(bundle.model)(images[ok]).to(bundle.device)
+            target = ex["explained"][ok].to(bundle.device)
+            sensitivity = sensitivity_rows(ex["scores"][ok], lambda model: self._explain(
+                bundle, pixels.to(torch.float64), ctx, target=target, model=model).scores, bundle)
+            for k, i in enumerate(ok):
+                rows[i] += sensitivity[k]
         results = []
         for i, sample in enumerate(samples):
             if i not in rows:
