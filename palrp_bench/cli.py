@@ -361,7 +361,7 @@ def _is_list_key(key: str) -> bool:
     return typing.get_origin(node) in (list, typing.List)
 
 
-def _checkout_commit() -> str | None:
+def checkout_commit() -> str | None:
     """The git commit of the source checkout this package runs from (None for an installed copy, even one whose
     site-packages lies inside some other git repository)."""
     from .runner.manifest import git_state
@@ -384,7 +384,7 @@ def version_text() -> str:
         version = metadata.version("palrp-bench")
     except metadata.PackageNotFoundError:
         version = "(not installed)"
-    commit = _checkout_commit()
+    commit = checkout_commit()
     return f"palrp-bench {version}" + (f" (git {commit})" if commit else "")
 
 

@@ -145,18 +145,18 @@ def test_help_starts_with_what_the_tool_does_and_three_examples(tmp_path):
 
 def test_version_is_ours_with_the_git_commit(tmp_path):
     """``--version`` prints the installed version and, when the package runs from a checkout of this project (its
-    parent holds ``.git`` and ``pyproject.toml``: the CLI's own question, ``cli._checkout_commit``), that
+    parent holds ``.git`` and ``pyproject.toml``: the CLI's own question, ``cli.checkout_commit``), that
     checkout's commit. A source tree that is not a checkout, e.g. an unpacked archive inside another git repository,
     prints no commit, even though ``git rev-parse`` there would name the enclosing repository's."""
     import subprocess
     from importlib import metadata
 
-    from palrp_bench.cli import _checkout_commit
+    from palrp_bench.cli import checkout_commit
     from runner.harness import REPO
 
     done = run_cli("--version", cwd=tmp_path)
     assert done.returncode == 0 and "Hydra" not in done.stdout
-    commit = _checkout_commit()
+    commit = checkout_commit()
     if (REPO / ".git").exists():  # a checkout (or worktree) of this project: its own commit, whatever encloses it
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
         assert head and commit is not None and commit.startswith(head[:12])
@@ -181,13 +181,13 @@ def test_a_source_tree_inside_another_repository_names_no_commit(tmp_path, monke
     subprocess.run(["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
                     "--allow-empty", "-m", "outer"], check=True)
     monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
-    assert cli._checkout_commit() is None
+    assert cli.checkout_commit() is None
     subprocess.run(["git", "init", "-q", str(outer / "palrp")], check=True)  # now the tree is a checkout itself
     subprocess.run(["git", "-C", str(outer / "palrp"), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
                     "--allow-empty", "-m", "own"], check=True)
     own = subprocess.run(["git", "-C", str(outer / "palrp"), "rev-parse", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    assert cli._checkout_commit() == own[:12]
+    assert cli.checkout_commit() == own[:12]
 
 
 def test_batch_size_takes_an_integer_or_auto(tmp_path):
