@@ -178,7 +178,8 @@ def _fused_on_cpu_or_skip(monkeypatch):
     torch._dynamo.reset()  # no graphs of other tests count towards dynamo's recompile limit
     _in_backward(torch.ones(3), torch.ones(3), 1e-6)
     if rules._COMPILED.get("cpu") is None:
-        pytest.skip("torch.compile cannot build a CPU kernel on this machine (the fused path is CUDA's default)")
+        pytest.skip("torch.compile cannot build a CPU kernel here (no C++ compiler, or inductor's C++ does not build "
+                    "for these kernels, e.g. ATEN_CPU_CAPABILITY=default; the fused path is CUDA's default)")
 
 
 def _assert_equal_to_rounding(fused, reference, dtype, z):
