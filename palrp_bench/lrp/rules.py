@@ -16,6 +16,7 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 | attention (Q K^T, A V)            | uniform on both matmuls        | :func:`attention`                 |
 | attention in CP-LRP               | value path only                | :func:`attention` with A constant |
 | epsilon-rule denominator ``z+eps``| official stabilisers (opt-in)  | :func:`stabilize`                 |
+| MoE router gate values            | softmax rule, or constant      | :func:`router_gates`              |
 
 The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
 
@@ -54,6 +55,8 @@ __all__ = [
     "rms_norm",
     "layer_norm",
     "softcap",
+    "router_dtype",
+    "router_gates",
     "attention",
     "rotate_half",
     "output_projection",
@@ -535,6 +538,8 @@ class AttentionRecorder:
         self.heads: list[HeadsRecord] = []
         self.residuals: list[ResidualRecord] = []
         self.norms: list[NormRecord] = []
+        #: per mixture-of-experts router call, ``(logits [B, T, E], gates [B, T, k])`` (:func:`router_gates`)
+        self.routers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._nodes: dict[int, tuple[str, int, weakref.ref]] = {}  # id -> (kind, index, the tensor, weakly)
         self._projection: tuple[int, torch.Tensor] | None = None    # the last output projection, until summed
 
@@ -556,6 +561,13 @@ class AttentionRecorder:
             scores.retain_grad()
             weights.retain_grad()
         self.records.append((scores, weights, valid))
+
+    def add_router(self, logits: torch.Tensor, gates: torch.Tensor) -> None:
+        """A mixture-of-experts router's logits and the gate values it handed on (:func:`router_gates`)."""
+        for t in (logits, gates):
+            if t.requires_grad:
+                t.retain_grad()
+        self.routers.append((logits, gates))
 
     def add_projection(self, projection: Callable[[torch.Tensor], torch.Tensor], output: torch.Tensor) -> None:
         """Trace: the output projection of the latest attention call and its output."""
@@ -587,14 +599,17 @@ class AttentionRecorder:
         self._nodes[id(y)] = ("norm", index, weakref.ref(y))  # weakly: the output keeps its norm's graph
 
     def absorbed(self) -> torch.Tensor:
-        """Per-sample relevance absorbed by all softmax rules, shape ``[B]``."""
+        """Per-sample relevance absorbed by all softmax rules (attention and mixture-of-experts routers), shape
+        ``[B]``."""
         total = None
-        for scores, weights, valid in self.records:
+        parts = [(scores, weights, valid) for scores, weights, valid in self.records]
+        parts += [(logits, gates, None) for logits, gates in self.routers]
+        for scores, weights, valid in parts:
             r_in = weights.double() * _grad_or_zero(weights).double()
             r_out = scores.double() * _grad_or_zero(scores).double()
             if valid is not None:
                 r_out = torch.where(valid, r_out, torch.zeros_like(r_out))
-            part = (r_in - r_out).flatten(1).sum(1)
+            part = r_in.flatten(1).sum(1) - r_out.flatten(1).sum(1)
             total = part if total is None else total + part
         return total
 
@@ -882,6 +897,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
     return stabilize(torch.matmul(ws, vs), av_eps)
+
+
+def router_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision a mixture-of-experts router computes its logits (where the family casts them), scores and gate
+    values in: ``max(dtype, float32)``. transformers uses float32 for every model dtype, so in bfloat16 and float32
+    the twin's router is the library's; a float64 model keeps float64 here (as the norm statistics do)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+ROUTER_RULES = ("gradient", "constant")
+
+
+def router_gates(gates: torch.Tensor, logits: torch.Tensor, rule: str,
+                 recorder: "AttentionRecorder | None" = None) -> torch.Tensor:
+    """The gate values ``[B, T, k]`` a mixture-of-experts router hands its ``k`` chosen experts, under ``rule``
+    (docs/engine.md, "Mixture of experts"). ``gates`` is the family's routing function of the router ``logits``
+    ``[B, T, E]`` (softmax or sigmoid, gathered at the top-k choice, renormalised, scaled); the choice itself is an
+    index, a constant under every rule.
+
+    * ``"gradient"``: the routing function keeps its gradient. For a softmax router this IS AttnLRP's softmax rule
+      (Prop. 3.1, ``R_z = z * grad`` of the true softmax): the renormalised top-k gates are the softmax of the chosen
+      logits alone, the plain ones the full softmax read at the chosen entries; a sigmoid gate is the softmax of
+      ``(z, 0)``; a renormalisation of sigmoid scores is the same normalisation as a softmax's. The product of a
+      gate with its expert's output then takes the composite's product rule (uniform: half of the relevance to the
+      gate, which passes it on to the logits and, through the router's linear map, to the stream).
+    * ``"constant"``: the gates are detached (CP-LRP: gates are constants, all relevance flows through the experts).
+
+    The router absorbs what enters its gates minus what leaves its logits, ``sum(g * grad_g) - sum(z * grad_z)``
+    (the softmax rule keeps the difference; 0 under ``constant``): a recorder (``recorder``, else the one of the
+    active :func:`attention_hooks` unless it traces) books it (:meth:`AttentionRecorder.absorbed`)."""
+    if rule not in ROUTER_RULES:
+        raise ValueError(f"unknown router rule {rule!r}; expected one of {', '.join(ROUTER_RULES)}")
+    out = gates.detach() if rule == "constant" else gates
+    if recorder is None:
+        hooks = _HOOKS.get()
+        recorder = None if hooks is None or hooks.recorder is None or hooks.recorder.trace else hooks.recorder
+    if recorder is not None and not recorder.trace:
+        recorder.add_router(logits, out)
+    return out
 
 
 def softmax_weights(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
