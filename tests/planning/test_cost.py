@@ -13,6 +13,7 @@ from palrp_bench.planning.cost import (NEXT_TOKEN_FORWARDS, NF4_BYTES_PER_PARAM,
                                      Work, architecture_of, hf_architecture, estimate, load_constants,
                                      peak_memory, sample_work, user_cost_path, work_units)
 from palrp_bench.runner.plan import plan_cells
+from models.tiny_families import MOE_FAMILIES, make_model
 from models.tiny_llama import BASE, VARIANTS, make_llama
 from runner.harness import compose_cfg
 
@@ -61,6 +62,50 @@ def test_known_architectures_are_the_public_model_sizes():
     assert sizes["TinyLlama/TinyLlama-1.1B-Chat-v1.0"] == 1_100_048_384
     assert sizes["google/flan-t5-xl"] == 2_849_757_184
     assert sizes["google/flan-t5-base"] == 247_577_856
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_moe_parameters_split_active_from_total(family):
+    """Memory counts every parameter; time counts the k of E routed experts a token uses (the fused experts of
+    each sparse block, counted here from the library modules) and the widest MLP a token passes."""
+    model = make_model(family, "causal")
+    arch = hf_architecture(model.config.to_dict(), "causal")
+    assert arch.params == model.num_parameters()
+    k = model.config.num_experts_per_tok
+    sparse = [m for m in model.modules() if hasattr(m, "gate_up_proj") and m.gate_up_proj.dim() == 3]
+    assert sparse
+    inactive = sum((e.gate_up_proj.numel() + e.down_proj.numel()) * (1 - k / e.gate_up_proj.shape[0])
+                   for e in sparse)
+    assert arch.inactive_params == int(inactive) and 0 < arch.inactive_params < arch.body_params
+    widths = [k * e.down_proj.shape[-1] for e in sparse]
+    assert arch.ffn >= max(widths)
+    assert hf_architecture(make_llama("gqa", "causal").config.to_dict(), "causal").inactive_params == 0
+
+
+def test_known_moe_architectures_are_the_published_sizes():
+    """Total and active parameters (model cards: Mixtral 46.7B / 12.9B, Qwen3-30B-A3B 30.5B / 3.3B, OLMoE 6.9B /
+    1.3B, Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Moonlight 16B / 3B)."""
+    constants = load_constants()
+    published = {"mistralai/Mixtral-8x7B-v0.1": (46.7, 12.9), "Qwen/Qwen3-30B-A3B": (30.5, 3.3),
+                 "allenai/OLMoE-1B-7B-0924": (6.9, 1.3), "Qwen/Qwen1.5-MoE-A2.7B": (14.3, 2.7),
+                 "moonshotai/Moonlight-16B-A3B": (16.0, 2.9)}
+    for name, (total, active) in published.items():
+        arch = hf_architecture(constants.architectures[name], "causal")
+        assert arch.params / 1e9 == pytest.approx(total, abs=0.06), name   # the cards round to 0.1 B
+        assert (arch.params - arch.inactive_params) / 1e9 == pytest.approx(active, abs=0.06), name
+
+
+def test_moe_time_counts_active_parameters_and_memory_all(tmp_path):
+    constants = _constants()
+    cell = plan_cells(compose_cfg(tmp_path, "model=qwen3_30b_a3b", "task=mcqa", "method=pa_lrp"))[0]
+    arch = architecture_of(cell.model, constants)
+    work = Work(1, 100.0, 0, 0.0, 2.0)
+    active = arch.body_params - arch.inactive_params
+    assert work_units(arch, work) == pytest.approx(2.0 * 100 * (active + 2 * 100 * arch.attention_width
+                                                                * arch.layers) / 1e9)
+    assert work_units(replace(arch, inactive_params=0), work) > 5 * work_units(arch, work)   # 128 experts, 8 used
+    weights = peak_memory(cell.model, arch, Work(0, 0.0, 0, 0.0), constants, "cuda:0", 8, 64)
+    assert weights == pytest.approx(arch.params * 2)
 
 
 def test_vit_architectures_equal_the_timm_models():
