@@ -12,7 +12,8 @@ memory linear in length (fused SDPA: no attention matrix is materialised).
 Families (``--family``, several at once or ``all``): random causal LMs of each RoPE decoder family with the
 ``--preset`` sizes and the family's own features switched on as in its real checkpoints (Qwen2 biases, Qwen3 and
 Gemma 3 q/k norms, Gemma 2 soft-capping and local/global layers, Phi-3 fused projections and sliding window,
-GPT-NeoX parallel residual and partial rotary), GPT-2, OPT, BLOOM, BERT, and the encoder-decoder T5 (v1.1 / Flan-T5:
+GPT-NeoX parallel residual and partial rotary), the mixture-of-experts Mixtral (8 experts of the preset's MLP width,
+2 chosen per token), GPT-2, OPT, BLOOM, BERT, and the encoder-decoder T5 (v1.1 / Flan-T5:
 gated GELU, untied head, relative position bias; ``--lengths`` are its encoder tokens, ``--decoder-length`` its
 decoder tokens, the explained logit the last decoder position's; ``--preset flan_t5_small`` / ``flan_t5_base`` give
 those checkpoints' shapes).
@@ -29,7 +30,13 @@ those checkpoints' shapes).
         --methods grad_x_input pa_lrp --no-time        # peak memory with and without checkpointing (long contexts)
 
 ``--methods`` takes any method that fits a language model (multi-pass baselines run ``--forward-batch`` rows per
-forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token). ``--json PATH`` also writes the
+forward: IG and SmoothGrad cost their steps / samples, AtMan one forward per token), and ``library_autograd``:
+plain Gradient x Input through the unmodified Hugging Face model (its own attention and, for mixtures of experts,
+its default experts kernels), the floor without the twin (decoders only)::
+
+    python scripts/bench_attribution.py --family mixtral --lengths 512 2048 --threads 1 \
+        --methods grad_x_input attnlrp pa_lrp library_autograd      # docs/engine.md "Mixture of experts"
+ ``--json PATH`` also writes the
 settings and every row as data, rewritten after each row (a run that dies keeps the rows it finished).
 """
 from __future__ import annotations
@@ -77,6 +84,8 @@ PRESETS = {
                       num_key_value_heads=32, vocab_size=32000),
 }
 METHODS = ("grad_x_input", "attnlrp", "pa_lrp")
+#: the pseudo-method of plain autograd through the library model (module docstring)
+LIBRARY = "library_autograd"
 #: per family: (config class, model class, config overrides on top of the preset); head_dim 32 everywhere
 #: (hidden 256 / 8 heads in the small preset), windows and soft-caps as in the real checkpoints
 FAMILIES = {
@@ -92,6 +101,8 @@ FAMILIES = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"sliding_window": 2047, "vocab_size": 32064}),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {"num_key_value_heads": None,
                                                          "intermediate_size": "4x"}),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"sliding_window": None, "num_local_experts": 8,
+                                                        "num_experts_per_tok": 2}),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"num_key_value_heads": None, "intermediate_size": None}),
     "opt": ("OPTConfig", "OPTForCausalLM", {"num_key_value_heads": None, "intermediate_size": None, "ffn_dim": "4x"}),
     "bloom": ("BloomConfig", "BloomForCausalLM", {"num_key_value_heads": None, "intermediate_size": None}),
@@ -168,6 +179,12 @@ def time_once(model, ids, method, device, checkpoint="none") -> float:
 
 def attribute(model, ids, method, checkpoint="none"):
     """One attribution of the batch ``ids`` (an encoder-decoder's: ``(encoder ids, decoder ids)``)."""
+    if method == LIBRARY:  # embeddings * grad of the arg-max next-token logit, the unmodified model
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1]
+            grad, = torch.autograd.grad(logits.max(-1).values.sum(), embeds)
+        return (embeds.detach() * grad).sum(-1)
     decoder = {}
     if isinstance(ids, tuple):
         ids, decoder = ids[0], {"decoder_input_ids": ids[1]}
