@@ -36,7 +36,7 @@ import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -316,24 +316,40 @@ def stabilize(z: torch.Tensor, eps: float) -> torch.Tensor:
 def activation(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], rule: str) -> torch.Tensor:
     """Elementwise nonlinearity ``fn(x)`` under an LRP rule.
 
-    * ``"identity"`` (AttnLRP, Eq. 10 of the AttnLRP paper): ``R_x = R_y``; in Gradient x Input form
-      ``y = x * (f(x)/x).detach()``. Where ``x == 0`` the ratio is irrelevant (``f(0) = 0`` for SiLU/GELU) and
-      set to 0 so no NaN appears.
+    * ``"identity"`` (AttnLRP, Eq. 10 of the AttnLRP paper): ``R_x = R_y``; in Gradient x Input form the
+      gradient reaching ``x`` is the incoming one times ``f(x)/x`` (as for ``x * (f(x)/x).detach()``), while the
+      forward value is ``f(x)`` itself (:class:`_IdentityRule`). Where ``x == 0`` the ratio is irrelevant
+      (``f(0) = 0`` for SiLU/GELU) and set to 0 so no NaN appears.
     * ``"gradient"``: plain autograd (Gradient x Input).
-    * ``"constant"``: ``f(x).detach()`` -- the activation is a constant gate (CP-LRP, Ali et al. 2022); the
+    * ``"constant"``: ``f(x)`` without gradient -- the activation is a constant gate (CP-LRP, Ali et al. 2022); the
       relevance then flows entirely through the other operand of the following product.
     """
-    y = fn(x)
     if rule == "gradient":
-        return y
+        return fn(x)
     if rule == "constant":
-        return y.detach()
-    if rule == "identity":
         with torch.no_grad():
-            nonzero = x != 0
-            ratio = torch.where(nonzero, y / torch.where(nonzero, x, torch.ones_like(x)), torch.zeros_like(x))
-        return x * ratio
+            return fn(x)
+    if rule == "identity":
+        return _IdentityRule.apply(x, fn) if x.requires_grad else fn(x)
     raise ValueError(f"unknown activation rule {rule!r}; expected identity, gradient or constant")
+
+
+class _IdentityRule(torch.autograd.Function):
+    """``f(x)`` forward (no graph of ``f``); backward multiplies the gradient by ``f(x)/x``, ``at_zero`` where
+    ``x == 0`` (0 for activations with ``f(0) = 0``; soft-capping's limit 1), saved once: the identity rule in four
+    elementwise passes forward and one backward (it runs on every MLP activation, of every expert, and on every
+    soft-capped attention score)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, fn, at_zero: float = 0.0) -> torch.Tensor:  # noqa: D401
+        y = fn(x)
+        ctx.save_for_backward(torch.div(y, x).masked_fill_(x == 0, at_zero))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (ratio,) = ctx.saved_tensors
+        return grad * ratio, None, None
 
 
 def product(*operands: torch.Tensor, rule: str) -> torch.Tensor:
@@ -412,22 +428,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return y
 
 
-class _SoftcapIdentity(torch.autograd.Function):
-    """``cap * tanh(x / cap)`` forward; backward multiplies the gradient by ``y / x`` (the identity rule), whose
-    limit at ``x = 0`` is 1. One saved tensor and a few elementwise passes: it runs on every attention score."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, cap: float) -> torch.Tensor:  # noqa: D401
-        y = torch.tanh(x / cap) * cap
-        ctx.save_for_backward(torch.div(y, x).masked_fill_(x == 0, 1.0))
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (ratio,) = ctx.saved_tensors
-        return grad * ratio, None
-
-
 def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
     """Soft-capping ``cap * tanh(x / cap)`` (Gemma 2: attention scores before the softmax, final logits), an
     elementwise nonlinearity.
@@ -437,11 +437,16 @@ def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
     1 at ``x = 0``); ``"gradient"``: plain autograd (Gradient x Input). ``"constant"`` is not offered: a constant cap
     would stop all relevance at the logits.
     """
+    capped = partial(_capped, cap=float(cap))
     if rule == "gradient":
-        return torch.tanh(x / cap) * cap
+        return capped(x)
     if rule != "identity":
         raise ValueError(f"unknown soft-capping rule {rule!r}; expected identity or gradient")
-    return _SoftcapIdentity.apply(x, float(cap)) if x.requires_grad else torch.tanh(x / cap) * cap
+    return _IdentityRule.apply(x, capped, 1.0) if x.requires_grad else capped(x)
+
+
+def _capped(x: torch.Tensor, cap: float) -> torch.Tensor:
+    return torch.tanh(x / cap) * cap
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
