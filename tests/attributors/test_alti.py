@@ -111,7 +111,9 @@ def test_a_contrastive_explanation_is_the_difference_of_the_two_decompositions(f
 
 
 @pytest.mark.parametrize("family,variant", [("mistral", "window"), ("qwen2", "window"), ("qwen3", "window"),
-                                            ("phi3", "partial_window"), ("gpt_neox", "sequential")])
+                                            ("phi3", "partial_window"), ("gpt_neox", "sequential"),
+                                            ("mixtral", "window"), ("qwen2_moe", "shared"), ("olmoe", "gqa"),
+                                            ("deepseek_v3", "lora_grouped")])
 def test_other_pre_norm_decoder_families_decompose_exactly(family, variant):
     model = make_model(family, "causal", variant, dtype=torch.float64)
     ids = decoder_ids(2, 9, seed=1)
