@@ -53,10 +53,11 @@ table1 table2 table3 table4 table5 appendix_f attnlrp_table1 evidence_table1: se
 bench: setup
 	$(PY) scripts/bench_attribution.py
 
-# One check of a CUDA machine: the suite (as `make test`), calibration, a 20-sample rehearsal of every target and
-# the bench, one summary table, everything under gpu_check/<stamp>/ (docs/rehearsal.md "GPU check"). Without a GPU
-# it stops at once (exit 2); a CPU dry run: make gpu-check ARGS="--device cpu --samples 2
-# --targets deit_tiny_imagenet_seg --skip suite,bench"
+# One check of a CUDA machine: the suite (as `make test`, on all cores), calibration, a 20-sample rehearsal of every
+# target and the bench, one summary table, everything under gpu_check/<stamp>/ (docs/rehearsal.md "GPU check");
+# ARGS="--quick": the suite and one target per paper table in about 8 minutes. Without a GPU it stops at once
+# (exit 2); CPU dry runs: make gpu-check ARGS="--device cpu --samples 2 --targets deit_tiny_imagenet_seg
+# --skip suite,bench", make gpu-check ARGS="--quick --device cpu --targets deit_tiny_imagenet_seg --tests tests/bench"
 gpu-check: setup
 	$(PY) scripts/gpu_check.py $(ARGS)
 

@@ -13,13 +13,14 @@ import torch
 
 from .attributors import run_attributor
 from .errors import BadInputError
-from .lrp.attribution import attribute
+from .lrp.attribution import absorbed_relevance, attribute
 from .lrp.composites import get_composite
 from .lrp.explanation import Explanation
+from .lrp.recompute import check_checkpoint
 from .lrp.stabilizers import NONE, Stabilizers, resolve_stabilizers
-from .methods.pixel_aggregation import signed_pixel_map
+from .methods.pixel_aggregation import patch_positional, signed_pixel_map
 from .methods.registry import get_method
-from .methods.token_aggregation import aggregate_tokens, check_embeddings, embeddings_switch_applies
+from .methods.token_aggregation import aggregate_tokens, check_embeddings, embeddings_switch_applies, token_terms
 from .models.registry import TWINS, twin_for
 from .protocol import check_protocol
 
@@ -92,7 +93,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             decoder_input_ids=None, decoder_attention_mask=None, foil=None, embeddings: str = "full", rules=None, protocol="official",
             stabilizers: str | Stabilizers | None = None,
             correct_sign: bool | None = None, params: dict | None = None, batch_size: int | None = None,
-            **options) -> Explanation:
+            checkpoint: str = "none", **options) -> Explanation:
     """Explain a batch of inputs of ``model`` with ``method``.
 
     Args:
@@ -101,10 +102,15 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
             4-bit), GPT-2, OPT, BLOOM, BERT or RoBERTa heads, the encoder-decoder ``T5ForConditionalGeneration``
             (T5, T5 v1.1, Flan-T5), a timm ``VisionTransformer`` / DeiT or RoPE ViT (the README's support table
             lists what each family supports).
-        inputs: ``input_ids`` ``[B, T]`` for language models (GPT-2 / BLOOM / BERT-style twins also take a
-            tokenizer's output mapping, e.g. with ``token_type_ids``), normalised ``pixel_values`` ``[B, 3, H, W]``
-            for vision transformers. Encoder-decoders: the encoder's ``input_ids`` ``[B, T_enc]``.
-        attention_mask: ``[B, T]`` (language models; left or right padding).
+        inputs: ``input_ids`` ``[B, T]`` for language models, normalised ``pixel_values`` ``[B, 3, H, W]`` for
+            vision transformers; or what the tokenizer / image processor returns (a mapping such as
+            ``BatchEncoding``: ``tokenizer(texts, return_tensors="pt")``), from which every family takes
+            ``input_ids``, ``attention_mask``, ``token_type_ids`` where it has token types (BERT, RoBERTa; an all-zero
+            one is ignored by the families whose library forward takes none), ``decoder_input_ids`` /
+            ``decoder_attention_mask`` (encoder-decoders) or ``pixel_values``; anything else in it is refused in one
+            line naming what to pass (:func:`palrp_bench.models.token_inputs.model_inputs`). Encoder-decoders: the
+            encoder's ``input_ids`` ``[B, T_enc]``.
+        attention_mask: ``[B, T]`` (language models; left or right padding), unless the mapping holds it.
         decoder_input_ids: encoder-decoders only, and required there: ``[B, T_dec]``, the decoder start token
             followed by the answer so far; the explained logit is the one at the last real decoder position
             (docs/engine.md, "T5"). ``scores``, ``semantic`` and ``positional`` are then over the encoder tokens,
@@ -148,6 +154,11 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
         params: hyperparameters of a baseline overriding the method's defaults (``Method.params``, e.g.
             ``{"sigma": 0.1}`` for SmoothGrad); an unknown key is an error.
         batch_size: most rows per forward of multi-pass baselines (IG, SmoothGrad, AtMan); None = all at once.
+        checkpoint: ``none`` (default: the backward reads every layer's stored activations) or ``layers`` (only
+            each layer's input is kept and the layer is recomputed in the backward, the position-wise part in token
+            chunks: memory for long sequences, the same relevance to float rounding, about one more forward of
+            time; docs/engine.md "Long contexts"). Text models only (decoders, GPT-2, OPT, BLOOM, BERT, RoBERTa,
+            T5); vision transformers refuse it.
         options: passed to the twin's forward (language: ``causal``, ``attention`` = sdpa|eager; masked LMs:
             ``position``; ALiBi models: ``alibi_rule`` = paper|relative_half; T5: ``relative_bias_rule`` =
             relative_half|key; vision: ``attention``).
@@ -159,13 +170,22 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     Returns:
         :class:`~palrp_bench.lrp.explanation.Explanation` with ``scores``, ``semantic``, ``positional``,
         ``logit`` (the explained value: the target logit, or the difference with a foil), ``target``,
-        ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device.
+        ``extras["foil"]`` (with a foil) (shapes documented there), on the model's device. LRP methods also return
+        ``extras["absorbed"]`` ``[B]``: the starting relevance that reached no part of the explanation (what the
+        softmax rules, the biases and a constant position encoding absorbed;
+        :func:`~palrp_bench.lrp.attribution.absorbed_relevance`), so the parts and it add up to the starting
+        relevance (the logit for language models; before the sign correction of ``correct_sign``).
     """
     protocol = check_protocol(protocol)
     check_embeddings(embeddings)
     m = get_method(method)
     twin = twin_for(model)
     m.check_modality(twin.modality)
+    if check_checkpoint(checkpoint) != "none":  # a twin option; left out where it is the default
+        if not getattr(twin, "checkpointing", False):
+            raise BadInputError(f"checkpoint={checkpoint!r}: {type(model).__name__} has no layer-wise recomputation",
+                                "use checkpoint='none' (it is for long token sequences of text models)")
+        options["checkpoint"] = checkpoint
     resolved = m.resolved_params(params)
     prepare = _prepare(twin, model, m, decoder_input_ids, decoder_attention_mask)
     if not m.is_lrp:
@@ -195,16 +215,23 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
                                   positional_shared_relu=parts["positional_shared_relu"], valid=parts["valid"],
                                   multi_sink=twin.positional.multi_sink,
                                   full_embeddings=switched and embeddings == "full")
+        terms = token_terms(m, aggregation, semantic=parts["semantic"], semantic_relu=parts["semantic_relu"],
+                            positional=parts["positional"], positional_relu=parts["positional_relu"],
+                            positional_shared_relu=parts["positional_shared_relu"],
+                            multi_sink=twin.positional.multi_sink)
+        semantic_term, positional_term = (torch.where(parts["valid"], t, torch.zeros_like(t)) for t in terms)
         extras = {"semantic_relu": parts["semantic_relu"], "positional_relu": parts["positional_relu"],
-                  "positional_shared_relu": parts["positional_shared_relu"], **parts["extras"]}
+                  "positional_shared_relu": parts["positional_shared_relu"], "semantic_term": semantic_term,
+                  "positional_term": positional_term, **parts["extras"]}
         if switched:
             extras["embeddings"] = embeddings
     else:
         signed = signed_pixel_map(m, aggregation, semantic=parts["semantic"], positional=parts["positional"],
                                   patch_size=twin.patch_size)
         scores = signed.clamp(min=0)
-        extras = {**parts["extras"], "scores_signed": signed}
+        extras = {**parts["extras"], "scores_signed": signed, "positional_term": patch_positional(m, parts["positional"])}
     one_pass = torch.ones(scores.shape[0], dtype=torch.long)  # one forward, one backward per sample
+    extras["absorbed"] = absorbed_relevance(attribution, twin.starting_relevance)
     if attribution.foil is not None:
         extras["foil"] = attribution.foil
     e = Explanation(scores=scores, semantic=parts["semantic"], positional=parts["positional"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic_io import write_json_atomic
-from .errors import BadInputError, MissingDataError, PalrpError
+from .errors import BadInputError, Interrupted, MissingDataError, PalrpError
 from .hub import go_offline
 from .planning.preflight import MissingRequirementsError, Problem, check_requirements, run_preflight
 from .rundir import RESULTS_CSV, check_run_dir, make_run_dir
@@ -42,16 +43,17 @@ class RunOutcome:
 
 
 def describe_plan(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan,
-                  problems: list[Problem], constants=None, priced_on=None) -> str:
-    """The printed plan: per cell the samples, stored samples, estimated time and peak memory on ``devices`` (or on
-    ``priced_on``, the resolved ``runner.plan_device``); totals; every problem of the preflight
-    (:mod:`palrp_bench.planning.budget`)."""
-    from .planning.budget import format_plan, plan_budget
+                  problems: list[Problem], constants=None, priced_on=None) -> tuple[str, list[Problem]]:
+    """The printed plan and its problems: per cell the samples, stored samples, estimated time and peak memory on
+    ``devices`` (or on ``priced_on``, the resolved ``runner.plan_device``); totals; every problem of the preflight
+    and every cell that cannot fit its device even at batch 1 (:mod:`palrp_bench.planning.budget`)."""
+    from .planning.budget import format_plan, memory_problems, plan_budget
     from .planning.cost import load_constants
 
     budget = plan_budget(cells, jobs, Path(cfg.run_dir), devices.devices, cfg.runner, constants or load_constants(),
                          priced_on)
-    return format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
+    text = format_plan(budget, cfg.experiment if len(cells) > 1 else None, problems, len(jobs))
+    return text, [*problems, *memory_problems(budget)]
 
 
 def _planned_totals(cfg: DictConfig, cells: list[Cell], jobs: list[Job], devices: DevicePlan) -> list[str]:
@@ -98,6 +100,36 @@ def _remove_refused(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def sweep_summary(run_dirs: list[Path], confidence: float) -> str:
+    """The summary of every cell of the run directories of a sweep's jobs (``run_dirs``: one entry per job that ran),
+    printed once after the sweep."""
+    import pandas as pd
+
+    from .report.summary import summary_text
+    from .rundir import METRICS_CSV
+
+    parts = []
+    for run_dir in dict.fromkeys(Path(d) for d in run_dirs):
+        if (run_dir / METRICS_CSV).is_file():
+            metrics = pd.read_csv(run_dir / METRICS_CSV, dtype={"variant": str})
+            parts.append(f"\nall {len(run_dirs)} jobs of the sweep, {run_dir}:\n\n{summary_text(metrics, confidence)}")
+    return "\n".join(parts)
+
+
+def _run_dir_is_default(cfg: DictConfig) -> bool:
+    """Whether ``run_dir`` is the config's default (a new time stamp under ``run_root``), i.e. not given."""
+    node = cfg._get_node("run_dir")
+    return node is not None and "${now:" in str(node._value())
+
+
+def _stored_records(cells: list[Cell], run_dir: Path) -> int:
+    """Sample records stored in the shard stores of ``cells`` (complete lines only:
+    :func:`palrp_bench.runner.store.read_records`)."""
+    from .runner.store import STORE_GLOB, read_records
+
+    return sum(len(read_records(path)) for cell in cells for path in cell.directory(run_dir).glob(STORE_GLOB))
+
+
 def _what(cfg: DictConfig, cells: list[Cell]) -> str:
     if len(cells) == 1:
         return f"cell {cells[0].key}"
@@ -111,11 +143,20 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     stored cells' settings are checked first, so a refused invocation leaves no new directory and an existing one
     as it was. ``on_start(run_dir)`` is called once the run directory exists and the run starts writing to it (or
     a report of an existing run directory is built): the command line records its resolved config and opens the
-    run's log file there (:func:`palrp_bench.cli.record_start`)."""
+    run's log file there (:func:`palrp_bench.cli.record_start`). The summary printed at the end holds this
+    invocation's cells (a sweep's job its own; the command line prints the whole run after the sweep). Ctrl-C or
+    SIGTERM once the run started raises :class:`~palrp_bench.errors.Interrupted` with the run directory and the
+    samples this invocation stored."""
     mode = cfg.mode if isinstance(cfg.mode, Mode) else Mode(cfg.mode)
     run_dir = Path(cfg.run_dir)
     if mode == Mode.report:
         from .report.build import build_report
+
+        from .report.cli import latest_run, written_line
+
+        if _run_dir_is_default(cfg):  # no run_dir given: the newest run, as palrp-bench-report does
+            run_dir = latest_run(Path(cfg.run_root))
+            log.info("report of the newest run under %s: %s", cfg.run_root, run_dir)
 
         if on_start is not None and ((run_dir / "cells").is_dir() or (run_dir / RESULTS_CSV).exists()):
             on_start(run_dir)  # a run directory to report on
@@ -124,6 +165,9 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
 
         result = build_report([run_dir], cfg.report)
         print(result.text, file=out)
+        print(f"\n{written_line(result.files, result.out_dir)}", file=out)
+        if cfg.runner.html:
+            _write_html(cfg, run_dir, out)
         return None
     cells = plan_cells(cfg)
     if mode == Mode.run:
@@ -147,9 +191,10 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     selected = frozenset(g for g in ("model", "task", "method", "metric") if cfg.get(g) is not None)
     if mode == Mode.plan:
         found = run_preflight(cells, devices, selected, device_problem)
-        print(describe_plan(cfg, cells, jobs, devices, found.problems, constants, priced_on), file=out)
-        if found.problems:
-            raise MissingDataError(f"plan incomplete: {len(found.problems)} problem(s) listed above",
+        text, problems = describe_plan(cfg, cells, jobs, devices, found.problems, constants, priced_on)
+        print(text, file=out)
+        if problems:
+            raise MissingDataError(f"plan incomplete: {len(problems)} problem(s) listed above",
                                    "fix them, then run again")
         return RunOutcome(run_dir, cells, jobs, [], None, "")
     if cfg.runner.quiet:  # no progress bar anywhere (ours, the loaders', the hub's); workers inherit this
@@ -171,32 +216,50 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     for cell in cells:  # a resume with other settings is refused before anything is written
         check_cell_record(cell, run_dir)
     created = _first_missing(run_dir)  # the top folder this invocation creates (None: the run directory existed)
-    make_run_dir(run_dir)
-    if on_start is not None:
-        on_start(run_dir)
-    _record_invocation(cfg, run_dir, jobs, devices.devices)
-    log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
+    stored_before = _stored_records(cells, run_dir)
     try:
-        from tqdm.contrib.logging import logging_redirect_tqdm
+        make_run_dir(run_dir)
+        if on_start is not None:
+            on_start(run_dir)
+        _record_invocation(cfg, run_dir, jobs, devices.devices)
+        log.info("run dir %s: %d job(s) on %s", run_dir, len(jobs), ", ".join(devices.devices))
+        try:
+            from tqdm.contrib.logging import logging_redirect_tqdm
 
-        with logging_redirect_tqdm():  # log lines above the one progress bar, never through it (both on stderr)
-            reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
-                               log_every=int(cfg.runner.log_every))
-    except PalrpError:
-        # a user error stops the run, but what finished before it stays usable: merge it, then report the error;
-        # a refusal before any sample was stored leaves no run directory it created (its one line says it all)
-        if any(p.stat().st_size for p in (run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
-            merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
-        elif created is not None:
-            _remove_refused(created)
-        raise
-    merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+            with logging_redirect_tqdm():  # log lines above the one progress bar, never through it (both on stderr)
+                reports = run_jobs(jobs, run_dir, devices.devices, quiet=bool(cfg.runner.quiet),
+                                   log_every=int(cfg.runner.log_every))
+        except PalrpError:
+            # a user error stops the run, but what finished before it stays usable: merge it, then report the error;
+            # a refusal before any sample was stored leaves no run directory it created (its one line says it all)
+            if any(p.stat().st_size for p in (run_dir / "cells").glob("*/*/*/shard-*.jsonl")):
+                merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+            elif created is not None:
+                _remove_refused(created)
+            raise
+        merged = merge_run(run_dir, float(cfg.report.confidence), int(cfg.report.n_boot))
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: every stored sample stays; say how to resume
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        raise Interrupted(signum, run_dir, _stored_records(cells, run_dir) - stored_before) from None
     import pandas as pd
 
     from .report.summary import summary_text
 
-    summary = summary_text(pd.read_csv(merged.metrics_csv, dtype={"variant": str}), float(cfg.report.confidence))
+    metrics = pd.read_csv(merged.metrics_csv, dtype={"variant": str})
+    mine = {(c.model.name, c.task.name, c.method) for c in cells}  # a sweep's job prints its own cells only
+    metrics = metrics[[key in mine for key in zip(metrics["model"], metrics["task"], metrics["method"])]]
+    summary = summary_text(metrics, float(cfg.report.confidence))
     print(summary, file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
           f"relevance); table numbers: {merged.metrics_csv} (and metrics.json); manifest: {merged.manifest}", file=out)
+    if cfg.runner.html:
+        _write_html(cfg, run_dir, out)
     return RunOutcome(run_dir, cells, jobs, reports, merged, summary)
+
+
+def _write_html(cfg: DictConfig, run_dir: Path, out) -> None:
+    """``<run_dir>/report.html`` (``runner.html``; palrp_bench/report/html.py), its path printed."""
+    from .report.build import write_run_html
+
+    path = write_run_html(run_dir, cfg.report, max_mb=float(cfg.runner.html_max_mb))
+    print(f"report: {path} (tables, curves and a sample explorer; opens offline in a browser)", file=out)

@@ -2,11 +2,13 @@
 
 An experiment lists several models / tasks / methods by name; the runner loads each one's group file here
 (``palrp_bench/configs/<group>/<name>.yaml``) instead of asking Hydra to compose it, and validates it with the
-dataclass of :mod:`palrp_bench.schema`. Unknown names raise a one-line :class:`BadInputError` listing
-the available ones.
+dataclass of :mod:`palrp_bench.schema`. Unknown names raise a one-line :class:`BadInputError` with the closest
+names (``difflib``) and, for short groups, every name; the long groups point to ``palrp-bench --help``, which lists
+every option of every group.
 """
 from __future__ import annotations
 
+import difflib
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,11 +28,24 @@ def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
+#: a group with at most this many options lists them all in the unknown-name error; a longer one names the closest
+#: and points to ``palrp-bench --help`` (40 model names in one error line hide the one the user meant)
+LISTED_IN_FULL = 12
+
+
 def check_name(group: str, name: str) -> None:
-    """Raise a one-line :class:`BadInputError` if ``name`` is not an option of ``group``."""
+    """Raise a one-line :class:`BadInputError` if ``name`` is not an option of ``group``: "did you mean" with the
+    closest names (:func:`difflib.get_close_matches`), then every name of a short group (:data:`LISTED_IN_FULL`) or,
+    for a long one, where the full list is (``palrp-bench --help``)."""
     names = available(group)
-    if name not in names:
-        raise BadInputError(f"unknown {group} {name!r}", f"use one of: {', '.join(names)}")
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    guess = f"did you mean {' or '.join(filter(None, [', '.join(close[:-1]), close[-1]]))}? " if close else ""
+    if len(names) <= LISTED_IN_FULL:
+        raise BadInputError(f"unknown {group} {name!r}", f"{guess}use one of: {', '.join(names)}")
+    own = " (your own checkpoint: model=hf model.source=<folder or hub id>)" if group == "model" else ""
+    raise BadInputError(f"unknown {group} {name!r}", f"{guess}every {group}: palrp-bench --help{own}")
 
 
 @lru_cache(maxsize=None)

@@ -20,7 +20,8 @@ structured-config schema (:mod:`palrp_bench.schema`) before Hydra composes anyth
 Logs go to stderr and, once a run starts, to ``<run_dir>/logs/``; stdout carries only the result tables. Nothing is
 written to the run directory before the run starts (the preflight and the settings checks pass): a refused
 invocation leaves no ``runs/<stamp>/`` behind and an earlier run's directory as it was (:func:`record_start`,
-:class:`RunDirGuard`).
+:class:`RunDirGuard`). Ctrl-C and SIGTERM end it in one line with the command that resumes the run, exit code 130 /
+143 (:func:`interrupted`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .errors import BadInputError, PalrpError
+from .errors import BadInputError, Interrupted, PalrpError
 from . import catalog
 from .rundir import check_run_dir
 from .schema import register_schemas
@@ -67,6 +68,8 @@ class _Invocation:
     started = False
     #: (sweep dir, the first of its ancestors that existed, multirun.yaml's bytes before the sweep or None)
     sweep: tuple[Path, Path, bytes | None] | None = None
+    #: run directories of the jobs that finished a run (merged and printed their cells), in order
+    finished: list[Path] = []
 
 
 def record_start(run_dir: Path, cfg: DictConfig) -> None:
@@ -122,17 +125,21 @@ def _undo_sweep_dir() -> None:
         pass
 
 
-def fail(err: PalrpError) -> None:
-    """Print the one-line error, record it in the run's log file (if logging to one), undo what a refused sweep
-    created (:func:`_undo_sweep_dir`), exit non-zero."""
-    line = f"palrp-bench: error: {err}"
+def _last_line(line: str, level: int, code: int) -> None:
+    """Print ``line`` to stderr, record it in the run's log file (if logging to one), undo what a sweep that never
+    started a run created (:func:`_undo_sweep_dir`), exit with ``code``."""
     print(line, file=sys.stderr)
-    record = logging.LogRecord("palrp_bench", logging.ERROR, __file__, 0, line, None, None)
+    record = logging.LogRecord("palrp_bench", level, __file__, 0, line, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
     _undo_sweep_dir()
-    sys.exit(EXIT_USER_ERROR)
+    sys.exit(code)
+
+
+def fail(err: PalrpError) -> None:
+    """The one-line error, exit code 2 (:func:`_last_line`)."""
+    _last_line(f"palrp-bench: error: {err}", logging.ERROR, EXIT_USER_ERROR)
 
 
 class RunDirGuard(Callback):
@@ -157,6 +164,7 @@ class RunDirGuard(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         _undo_sweep_dir()  # e.g. a sweep of mode=plan: nothing of it stays
+        print_sweep_summary(float(config.report.confidence))
 
     @staticmethod
     def _check(config: DictConfig) -> None:
@@ -164,6 +172,16 @@ class RunDirGuard(Callback):
             check_run_dir(Path(str(config.run_dir)))
         except BadInputError as err:
             fail(err)  # SystemExit passes through Hydra's callback wrapper, which turns exceptions into warnings
+
+
+def print_sweep_summary(confidence: float) -> None:
+    """After a sweep whose jobs ran: every cell of its run directories in one summary
+    (:func:`palrp_bench.app.sweep_summary`; each job printed its own cells when it finished)."""
+    from .app import sweep_summary
+
+    finished, _Invocation.finished = _Invocation.finished, []
+    if len(finished) >= 2:
+        print(sweep_summary(finished, confidence))
 
 
 def _fields(schema) -> dict:
@@ -250,19 +268,22 @@ def check_overrides(argv: list[str]) -> None:
     * an unknown key (``runner.batchsize=4``), with the valid keys of that level;
     * a key inside a group that is not selected (``task.path=...`` without ``task=...``);
     * a value outside an option's allowed values (``protocol=corected``) or of the wrong type
-      (``runner.batch_size=abc``), naming the allowed values or the type.
+      (``runner.batch_size=abc``), naming the allowed values or the type;
+    * several values where one run takes one: a list given to a config group, a sweep without ``-m``
+      (:func:`_check_several_values`: the fix is the ``-m`` form of the same command).
 
     ``hydra.*`` / ``hydra/...`` overrides are left to Hydra; arguments without ``=`` are flags or flag values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    overrides = []
+    overrides, parsed = [], []
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
             overrides.append(parser.parse_override(arg))
+            parsed.append((arg, overrides[-1]))
         except HydraException as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else "syntax error"
             raise BadInputError(f"cannot read the override {arg!r}: {reason}",
@@ -277,17 +298,70 @@ def check_overrides(argv: list[str]) -> None:
             raise BadInputError(f"{key} is set but no {group} is selected",
                                 f"add {group}=<name> so the override has a {group} to apply to")
         if key in _CHECKED_GROUPS:
-            for name in _values(o):
-                if name not in ("", None) and isinstance(name, (str, int, float)):
-                    catalog.check_name(key, str(name).strip())
+            for value in _values(o):
+                for name in value if isinstance(value, list) else [value]:  # a list is refused below, names first
+                    if name not in ("", None) and isinstance(name, (str, int, float)):
+                        catalog.check_name(key, str(name).strip())
             continue
         tp = check_key(key)
         if tp is not None:
             for value in _values(o):
                 check_value(key, tp, value)
+    _check_several_values(argv, parsed)
 
 
-def _checkout_commit() -> str | None:
+def sweep_command(argv: list[str], replace: dict[str, str] | None = None) -> str:
+    """The ``palrp-bench -m ...`` command line of ``argv`` (flags ``-m`` / ``--multirun`` left out, the arguments of
+    ``replace`` swapped for their values), quoted for a POSIX shell."""
+    import shlex
+
+    replace = replace or {}
+    return shlex.join(["palrp-bench", "-m", *(replace.get(a, a) for a in argv if a not in _MULTIRUN_FLAGS)])
+
+
+def _check_several_values(argv: list[str], parsed: list[tuple[str, object]]) -> None:
+    """One run per value only under ``-m``: a list given to a config group (``method=[attnlrp,pa_lrp]``: Hydra
+    would merge the options and run the last one alone) and a sweep without ``-m`` (``method=attnlrp,pa_lrp``:
+    Hydra's "Ambiguous value") are refused with the ``-m`` form of the same command."""
+    multirun = any(a in _MULTIRUN_FLAGS for a in argv)
+    for arg, o in parsed:
+        key = o.key_or_group
+        if o.is_hydra_override() or key.startswith("hydra") or "/" in key or o.is_delete():
+            continue
+        if key in _CHECKED_GROUPS and not o.is_sweep_override() and isinstance(o.value(), list):
+            names = [str(v) for v in o.value()]
+            prefix = arg[:arg.index("=") + 1]
+            if len(names) == 1:
+                raise BadInputError(f"{arg}: a {key} takes one name, not a list", f"write {prefix}{names[0]}")
+            swept = prefix + ",".join(names)
+            raise BadInputError(f"{arg}: a {key} takes one name (a list would merge the options into one run)",
+                                f"run one job per {key} with -m: {sweep_command(argv, {arg: swept})}")
+        if o.is_sweep_override() and not multirun:
+            alternative, value = "", arg.split("=", 1)[1]
+            if key not in _CHECKED_GROUPS and _is_list_key(key):
+                alternative = f"; for one list value write {key}=[{value}]"
+            elif key not in _CHECKED_GROUPS and check_key(key) is str:
+                alternative = f"; for one value holding commas, quote it: {key}='{value}'"
+            raise BadInputError(f"{arg} gives several values, which run one job each only with -m",
+                                f"sweep with: {sweep_command(argv)}{alternative}")
+
+
+def _is_list_key(key: str) -> bool:
+    """Whether the schema types ``key`` as a list (``runner.devices``, ``report.gallery_ids``)."""
+    import dataclasses
+    import typing
+
+    from .schema import PalrpConfig
+
+    node = PalrpConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node) or part not in _fields(node):
+            return False
+        node = _unwrap_optional(_fields(node)[part])
+    return typing.get_origin(node) in (list, typing.List)
+
+
+def checkout_commit() -> str | None:
     """The git commit of the source checkout this package runs from (None for an installed copy, even one whose
     site-packages lies inside some other git repository)."""
     from .runner.manifest import git_state
@@ -310,7 +384,7 @@ def version_text() -> str:
         version = metadata.version("palrp-bench")
     except metadata.PackageNotFoundError:
         version = "(not installed)"
-    commit = _checkout_commit()
+    commit = checkout_commit()
     return f"palrp-bench {version}" + (f" (git {commit})" if commit else "")
 
 
@@ -353,24 +427,77 @@ def _hydra_main(cfg: DictConfig) -> None:
     from .app import run
 
     try:
-        run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))
+        outcome = run(cfg, on_start=lambda run_dir: record_start(run_dir, cfg))
     except PalrpError as err:
         fail(err)
+    if outcome is not None and outcome.merge is not None:
+        _Invocation.finished.append(outcome.run_dir)
+
+
+def resume_command(argv: list[str], run_dir: Path) -> str:
+    """The command line that resumes an invocation of ``argv`` in ``run_dir``: the same arguments (a sweep's ``-m``
+    included) with ``run_dir`` set, quoted for a POSIX shell."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+
+    def sets_run_dir(arg: str) -> bool:
+        if arg.startswith("-") or "=" not in arg:
+            return False
+        try:
+            return parser.parse_override(arg).key_or_group == "run_dir"
+        except Exception:  # noqa: BLE001 - not an override this check has to understand
+            return False
+
+    kept = [a for a in normalise_argv(argv) if not sets_run_dir(a)]
+    return shlex.join(["palrp-bench", *(["-m"] if kept[:1] == ["--multirun"] else []),
+                       *(a for a in kept if a != "--multirun"), f"run_dir={run_dir}"])
+
+
+def interrupted(err: KeyboardInterrupt, argv: list[str]) -> None:
+    """Ctrl-C or SIGTERM: one line, no traceback, exit ``128 + signum`` (130 / 143). Once a run has started
+    (:class:`~palrp_bench.errors.Interrupted` carries its ``run_dir``), the line says how many samples this
+    invocation stored and the command that resumes the run (stored samples are skipped, docs/design.md section 6)."""
+    import signal
+
+    signum = err.signum if isinstance(err, Interrupted) else int(signal.SIGINT)
+    name = signal.Signals(signum).name
+    if isinstance(err, Interrupted) and err.run_dir is not None:
+        line = (f"palrp-bench: interrupted ({name}) after {err.samples} sample(s); resume with: "
+                f"{resume_command(argv, err.run_dir)}")
+    else:
+        line = f"palrp-bench: interrupted ({name}) before a run started; nothing to resume"
+    _last_line(line, logging.WARNING, 128 + signum)
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
 
 
 def main() -> None:
-    """Console-script entry point ``palrp-bench``."""
+    """Console-script entry point ``palrp-bench``. SIGINT and SIGTERM raise
+    :class:`~palrp_bench.errors.Interrupted`, which ends the invocation in one line (:func:`interrupted`)."""
+    import signal
+
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    argv = normalise_argv(sys.argv[1:])
+    original = sys.argv[1:]
+    argv = normalise_argv(original)
     if "--version" in argv:
         print(version_text())
         return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
     try:
-        check_overrides(argv)
-    except BadInputError as err:
-        fail(err)
-    sys.argv = [sys.argv[0], *defer_keys_of_swept_groups(argv)]
-    _hydra_main()
+        try:
+            check_overrides(argv)
+        except BadInputError as err:
+            fail(err)
+        sys.argv = [sys.argv[0], *defer_keys_of_swept_groups(argv)]
+        _hydra_main()
+    except KeyboardInterrupt as err:
+        interrupted(err, original)
 
 
 if __name__ == "__main__":  # python -m palrp_bench.cli: run the imported module, whose state the Hydra callback sees

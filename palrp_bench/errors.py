@@ -40,3 +40,20 @@ def is_out_of_memory(err: BaseException) -> bool:
     except ImportError:  # pragma: no cover
         pass
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+class Interrupted(KeyboardInterrupt):
+    """The invocation was stopped by a signal: ``SIGINT`` (Ctrl-C) or ``SIGTERM`` (what schedulers and ``kill``
+    send), raised by the handlers the command line installs (:func:`palrp_bench.cli.main`). A subclass of
+    :class:`KeyboardInterrupt`, so everything that cleans up after Ctrl-C (the job's status file, the shard store's
+    lock, the worker processes) does the same for SIGTERM. Once a run has started, :func:`palrp_bench.app.run`
+    adds where it writes (``run_dir``) and how many samples this invocation stored (``samples``), which the command
+    line prints as one line with the command that resumes it; the exit code is ``128 + signum`` (130, 143)."""
+
+    def __init__(self, signum: int, run_dir=None, samples: int | None = None):
+        super().__init__(signum)
+        self.signum, self.run_dir, self.samples = int(signum), run_dir, samples
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

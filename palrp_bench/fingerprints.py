@@ -14,7 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["FINGERPRINT_EDGE_BYTES", "digest", "path_fingerprint", "source_fingerprint"]
+__all__ = ["FINGERPRINT_EDGE_BYTES", "digest", "path_fingerprint", "source_fingerprint", "weights_fingerprint",
+           "hub_snapshot"]
 
 #: bytes read from the head and from the tail of each file for its fingerprint
 FINGERPRINT_EDGE_BYTES = 1 << 20
@@ -55,7 +56,22 @@ def path_fingerprint(path: str | Path) -> str | None:
     return digest(entries)
 
 
-def _hub_snapshot(repo_id: str) -> Path | None:
+#: what a checkpoint's identity is made of (:func:`weights_fingerprint`): its config and its weight files
+CHECKPOINT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pth", "*.pt")
+
+
+def weights_fingerprint(folder: str | Path) -> str | None:
+    """Content fingerprint of a checkpoint folder's ``config.json`` and weight files only (:data:`CHECKPOINT_FILES`,
+    top level; hashed as :func:`path_fingerprint` does), so that a copy with other extra files (a README, the
+    tokenizer, ``original/``) is the same checkpoint; None when the folder holds none of them."""
+    root = Path(folder).expanduser()
+    files = sorted({p for pattern in CHECKPOINT_FILES for p in root.glob(pattern) if p.is_file()})
+    if not files:
+        return None
+    return digest([(p.name, p.stat().st_size, _file_hash(p, p.stat().st_size)) for p in files])
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
     """The local snapshot folder of a hub repository (its name is the commit), or None."""
     from .hub import cached_hub_file
 
@@ -71,7 +87,7 @@ def source_fingerprint(source: str | None) -> dict:
     if local.exists():
         return {"content": path_fingerprint(local)}
     if "/" in source and not source.startswith((".", "/")):
-        snapshot = _hub_snapshot(source)
+        snapshot = hub_snapshot(source)
         if snapshot is not None:
             return {"content": path_fingerprint(snapshot)}
     return {"name": source}

@@ -10,7 +10,9 @@ writes these files, the report reads them, and neither needs the other's code.
   metrics.csv      the final table numbers with intervals and the published ones (METRICS_CSV_COLUMNS)
   metrics.json     the same rows per cell plus the run's summary (lm-evaluation-harness style results JSON)
   manifest.json    resolved config, versions, git commit, hardware, cells
-  cells/<model>/<task>/<method>/   cell.json, shard stores, explanations/<sample>.npz
+  report.html      tables, curves and a sample explorer in one offline page (palrp_bench/report/html.py)
+  cells/<model>/<task>/<method>/   cell.json (incl. whether the model is the paper's checkpoint), shard stores,
+                                   explanations/<sample>.npz
   logs/, invocations/, selection/, .hydra/<stamp>/ (each invocation's resolved config), multirun.yaml (a sweep)
 ```
 
@@ -69,6 +71,9 @@ METRICS_CSV_COLUMNS = METRIC_COLUMNS + PAPER_COLUMNS
 NONFINITE_METRIC = "nonfinite_relevance"
 #: per-sample 0/1 row: was the model's prediction correct (tasks with a label)
 CORRECT_METRIC = "correct"
+#: per-sample row, and the metric config (``configs/metric/``) that computes it: how far the sample's map lies from
+#: the float64 map of the same model (``runner.map_sensitivity``; docs/evaluation.md "Maps that rounding decides")
+MAP_SENSITIVITY_METRIC = "map_sensitivity"
 #: step of scalar rows (stored as an empty CSV cell, read back as NaN)
 SCALAR = None
 #: variant of rows that have none
@@ -112,6 +117,25 @@ def make_run_dir(run_dir: Path) -> None:
 def cell_directory(run_dir: Path, model: str, task: str, method: str) -> Path:
     """``<run_dir>/cells/<model>/<task>/<method>``."""
     return Path(run_dir) / "cells" / model / task / method
+
+
+def published_withheld(run_dir: Path) -> dict[tuple[str, str], str]:
+    """``{(run, model): reason}`` for the models of a run that are not the paper's checkpoint of the shipped config
+    they are named after (``paper_checkpoint`` in each ``cell.json``: recorded when the run started,
+    palrp_bench/runner/model_identity.py): their table numbers are not compared with the published ones."""
+    import json
+
+    run_dir = Path(run_dir)
+    withheld = {}
+    for path in sorted(run_dir.glob("cells/*/*/*/cell.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        entry = record.get("paper_checkpoint")
+        if isinstance(entry, dict) and entry.get("matches") is not True:
+            withheld[(run_dir.name, str(record.get("model")))] = str(entry.get("reason") or "not the paper's model")
+    return withheld
 
 
 def explanation_file(cell_dir: Path, sample_id: str) -> Path:

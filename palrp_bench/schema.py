@@ -59,12 +59,16 @@ class Quantization(Enum):
 
 
 class ModelKind(Enum):
+    """The head a model is explained with; ``auto``: read from the checkpoint's ``config.json`` (``model=hf``,
+    :func:`palrp_bench.runner.model_identity.resolve_model`) before the cells are planned."""
+
     causal = "causal"
     classifier = "classifier"
     masked_lm = "masked_lm"
     seq2seq = "seq2seq"
     vit = "vit"
     none = "none"
+    auto = "auto"
 
 
 #: what each model kind is, in words (messages; the model kinds a task kind evaluates are declared by its adapter,
@@ -91,8 +95,10 @@ class Selection(Enum):
 
 @dataclass
 class ModelConfig:
-    """``configs/model/<name>.yaml``."""
+    """``configs/model/<name>.yaml``; ``model=hf model.source=<folder or hub id>`` for your own checkpoint
+    (``configs/model/hf.yaml``: name and kind read from the checkpoint)."""
 
+    #: the cell's model name (run directory, tables); ``model=hf``: derived from model.source unless given here
     name: str = MISSING
     #: how the model is loaded (:data:`palrp_bench.models.loading.LOADERS`): ``hf`` (Hugging Face hub id or local
     #: folder, optional NF4), ``timm`` (timm name or local checkpoint), ``embedded_text`` / ``embedded_vit`` (the
@@ -223,6 +229,10 @@ class RunnerConfig:
     batch_size: Any = 8
     #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
+    #: ``none`` (explanations keep every layer's activations for the backward) or ``layers`` (each layer's input
+    #: only; the backward recomputes one layer at a time: long sequences, same relevance, about one more forward of
+    #: time; text models only; palrp_bench/lrp/recompute.py, docs/engine.md "Long contexts")
+    checkpoint: str = "none"
     #: ``mode=plan`` only: price the run on this device kind from a machine without it: a short name (``h100``)
     #: or a device kind with shipped or calibrated constants (``cuda/NVIDIA H100 80GB HBM3``); one worker per GPU
     #: index in ``devices``, else one (docs/planning.md "Pricing a device this machine does not have")
@@ -234,6 +244,15 @@ class RunnerConfig:
     log_every: int = 50
     #: save per-sample explanations (scores, semantic and positional parts) next to the shard's results
     cache_explanations: bool = True
+    #: write ``<run_dir>/report.html`` (tables, curves, sample explorer; palrp_bench/report/html.py) after the run
+    html: bool = True
+    #: most MB of cached explanations that report.html embeds (the samples past it are listed without them)
+    html_max_mb: float = 30.0
+    #: explain every sample once more with a float64 copy of the model (on the same device: 8 bytes per parameter)
+    #: and record how far its map lies from the run's (metric ``map_sensitivity``, per sample in results.csv, the
+    #: share above 1e-3 in metrics.csv); added to every cell whose task kind and model take it (docs/evaluation.md
+    #: "Maps that rounding decides")
+    map_sensitivity: bool = False
 
 
 @dataclass

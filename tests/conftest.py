@@ -12,6 +12,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # the user cache (selection flags, remembered batch sizes) of this test session only, shared by its CLI children
 os.environ["PALRP_CACHE_DIR"] = tempfile.mkdtemp(prefix="palrp-test-cache-")
+# torch.compile's on-disk kernels of this test session only: inductor's cache reuses CPU kernels across
+# ATEN_CPU_CAPABILITY settings (torch 2.14: an AVX-512 kernel reused under avx2 answered wrong numbers, an avx2 one
+# reused natively corrupted the heap), and `make test` runs the suite under three of them (docs/engine.md)
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="palrp-test-inductor-")
 
 import torch  # noqa: E402
 

@@ -41,11 +41,17 @@ no positions); the attention terms are tracked to the input tokens with the ALTI
 
     R_s = sum_l sum_j Delta^l_j [C^{l-1} ... C^1]_{js}      (the empty product is the identity),
 
-so ``sum_s R_s = sum_l sum_j Delta^l_j`` (rows of ``C`` sum to 1). The scores are ``R`` ``[B, T]``; the other terms
-are in ``extras``: ``alti_logit_mlp`` and ``alti_logit_attention_bias`` ``[B, L]``, ``alti_logit_embedding``
-``g . x^0_T`` and ``alti_logit_output_bias`` ``c`` ``[B]``, and ``alti_logit_explained`` ``f`` ``[B]`` (their sum
-with the scores; tested to float64 rounding). As in Ferrando et al.'s code, the explained position's own input
-vector reaching the head along the residual (``g . x^0_T``) is reported apart, not added to its token.
+so ``sum_s R_s = sum_l sum_j Delta^l_j`` (rows of ``C`` sum to 1). The explained position's own input vector
+reaches the head along the residual too: its direct term ``g . x^0_T`` belongs to token ``T``, and Ferrando et al.'s
+evaluation code adds it to the last input token before ranking. The scores are ``R`` with that term added at
+``T``, ``[B, T]``, so that
+
+    sum_s scores_s + sum_l g . m^l_T + sum_l g . b_O^l + c = f;
+
+the other terms are in ``extras``: ``alti_logit_mlp`` and ``alti_logit_attention_bias`` ``[B, L]``,
+``alti_logit_output_bias`` ``c`` ``[B]`` and ``alti_logit_explained`` ``f`` ``[B]`` (tested to float64 rounding),
+and for the record ``alti_logit_embedding`` ``g . x^0_T`` ``[B]``, the part of the score at ``T`` that came
+straight from the embedding.
 
 What the twin must be: the wiring is read off the trace of :class:`palrp_bench.lrp.rules.AttentionRecorder`
 (residual sums, output projections, norms of the stream), so any twin that writes its residual sums with
@@ -236,8 +242,9 @@ def alti_rollout_row(matrices: list[torch.Tensor], rows: torch.Tensor) -> torch.
 
 
 def alti_logit_terms(call: AttributorCall) -> dict:
-    """The ALTI-Logit decomposition of the explained logit (module docstring): ``scores`` ``[B, T]``, ``mlp`` and
-    ``attention_bias`` ``[B, L]``, ``embedding``, ``output_bias`` and ``explained`` ``[B]``."""
+    """The ALTI-Logit decomposition of the explained logit (module docstring): ``scores`` ``[B, T]`` (the explained
+    position's direct embedding term included), ``mlp`` and ``attention_bias`` ``[B, L]``, ``embedding`` (that
+    direct term), ``output_bias`` and ``explained`` ``[B]``."""
     if call.twin.final_softcap is not None:
         raise _refusal(call, "soft-caps its logits, which no linearisation of the final norm and head covers")
     out, recorder = traced_forward(call, with_grad=True)
@@ -270,10 +277,12 @@ def alti_logit_terms(call: AttributorCall) -> dict:
         scores = deltas[-1]
         for c, delta in zip(reversed(matrices[:-1]), reversed(deltas[:-1])):
             scores = torch.bmm(scores[:, None], c)[:, 0] + delta
+        embedding = at_rows(blocks[0].stream)
+        scores = scores.clone()
+        scores[arange, rows] += embedding.to(scores.dtype)
     explained = explained.detach().to(acc)
     return {"scores": scores, "mlp": torch.stack(mlps, 1), "attention_bias": torch.stack(biases, 1),
-            "embedding": at_rows(blocks[0].stream), "output_bias": explained - at_rows(final.detach()),
-            "explained": explained}
+            "embedding": embedding, "output_bias": explained - at_rows(final.detach()), "explained": explained}
 
 
 def alti_memory(arch, tokens: float, batch_size: int, width: int) -> float:

@@ -17,7 +17,6 @@ twin of :mod:`palrp_bench.models` and the helpers here, which are the same for l
 * encoder-decoders (T5), whose scores are over the encoder tokens and whose explained logit is the decoder's:
   :func:`feature_attention_sites` (the attention calls whose queries and keys are both encoder tokens: the encoder
   self-attention), :func:`feature_key_sites` (those whose keys are: encoder self- and cross-attention) and
-  :func:`encoder_rows` (no encoder row is the explained output's: the real encoder rows are averaged),
   :func:`decoder_tokens` (the real decoder tokens).
 
 :func:`run_attributor` turns the result into an :class:`~palrp_bench.lrp.explanation.Explanation`: per-token scores
@@ -44,7 +43,7 @@ from ..methods.pixel_aggregation import paint_patches
 from ..methods.registry import Method
 
 __all__ = ["AttributorCall", "AttributorResult", "input_of", "logits_from", "explained_of", "select_rows",
-           "attention_row", "feature_attention_sites", "feature_key_sites", "encoder_rows",
+           "attention_row", "feature_attention_sites", "feature_key_sites",
            "prefix_tokens", "patch_grid", "patch_embeddings", "per_patch", "valid_tokens", "decoder_tokens",
            "sample_seed",
            "explanation_of"]
@@ -160,17 +159,6 @@ def feature_key_sites(twin) -> tuple[str, ...] | None:
     """The ``site`` labels of the attention calls whose keys are the feature tokens: T5's ``encoder`` self- and
     ``cross``-attention (not the decoder's self-attention, whose keys are decoder tokens); None = every call."""
     return twin.feature_key_sites
-
-
-def encoder_rows(call: "AttributorCall") -> torch.Tensor | None:
-    """``[B, T]`` float64 weights of the query rows an attention-map method reads where the explained output has no
-    row among the feature tokens (an encoder-decoder: the logit is the decoder's, the features the encoder tokens):
-    the mean of the real encoder rows (every encoder output is read by the decoder's cross-attention;
-    docs/baselines.md, "T5"). None where :func:`attention_row` gives the row."""
-    if not call.twin.encoder_decoder:
-        return None
-    valid = valid_tokens(call.twin, call.prepared).double()
-    return valid / valid.sum(-1, keepdim=True)
 
 
 def prefix_tokens(twin) -> int:

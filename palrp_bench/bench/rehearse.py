@@ -44,6 +44,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,8 +266,18 @@ def write_gtsegs_file(path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints
-def _write_sharded_llama(folder: Path, numbers: dict, kind: str, shard_bytes: int = 2 * GIB) -> None:
-    """Random bf16 weights of a LLaMA model written shard by shard (never the whole model in memory)."""
+def weights_device() -> str:
+    """Where random weights are drawn: the first GPU when there is one (drawing the 7-8 billion numbers of a 7B / 8B
+    checkpoint takes 60-100 s on a CPU and well under a second there), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _write_sharded_llama(folder: Path, numbers: dict, kind: str, shard_bytes: int = 2 * GIB,
+                         device: str | None = None) -> None:
+    """Random bf16 weights of a LLaMA model (normal, std 0.02; norms 1) written shard by shard (never the whole model
+    in memory), drawn on ``device`` (default :func:`weights_device`) one tensor at a time and copied to the CPU."""
     import torch
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
@@ -276,7 +287,8 @@ def _write_sharded_llama(folder: Path, numbers: dict, kind: str, shard_bytes: in
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in cls(config).state_dict().items()}
     folder.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(0)
+    device = device or weights_device()
+    generator = torch.Generator(device=device).manual_seed(0)
     shard: dict = {}
     weight_map: dict = {}
     total = 0
@@ -296,7 +308,7 @@ def _write_sharded_llama(folder: Path, numbers: dict, kind: str, shard_bytes: in
         if key.endswith("norm.weight"):
             tensor = torch.ones(shape, dtype=torch.bfloat16)
         else:
-            tensor = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+            tensor = torch.randn(shape, generator=generator, device=device).mul_(0.02).to(torch.bfloat16).cpu()
         shard[key] = tensor
         size += tensor.numel() * 2
         total += tensor.numel() * 2
@@ -304,6 +316,8 @@ def _write_sharded_llama(folder: Path, numbers: dict, kind: str, shard_bytes: in
             flush()
             size = 0
     flush()
+    if device != "cpu":
+        torch.cuda.empty_cache()  # the drawn tensors' blocks: the GPU is for the runs
     n = len(names)
     renamed = {}
     for i, name in enumerate(names):
@@ -338,18 +352,24 @@ DATA = {"imdb_csv": ("imdb", write_imdb), "imdb_parquet": ("imdb", write_imdb), 
                                         write_gtsegs_file(d / "gtsegs_ijcv.mat")))}
 
 
+#: one build at a time in this process (gpu_check.py builds ahead in a thread while the suite runs)
+_BUILDING = threading.Lock()
+
+
 def _ensure(folder: Path, build, what: str) -> Path:
-    """Build ``folder`` once (a ``.done`` marker guards against half-written folders)."""
+    """Build ``folder`` once (a ``.done`` marker guards against half-written folders; a second caller waits for a
+    build in progress and then reuses it)."""
     marker = folder / ".done"
-    if marker.exists():
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    t0 = time.monotonic()
-    print(f"  building {what} ...", flush=True)
-    build(folder)
-    marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-    print(f"  built {what} in {time.monotonic() - t0:.0f} s", flush=True)
+    with _BUILDING:
+        if marker.exists():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        t0 = time.monotonic()
+        print(f"  building {what} ...", flush=True)
+        build(folder)
+        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
+        print(f"  built {what} in {time.monotonic() - t0:.0f} s", flush=True)
     return folder
 
 
@@ -472,9 +492,9 @@ def steady_rate(timing: dict, samples: int) -> tuple[float | None, int]:
 
 def run_target(target: Target, args, work: Path, out: Path | None = None) -> Measured:
     """Build what ``target`` needs under ``work`` (reused), run its pipeline through the CLI with ``args.samples``,
-    ``args.device``, ``args.batch_size``, ``args.dtype`` and the ``args.max_minutes`` cap, and return what it
-    measured. The run directory goes to ``<out>/runs/``, the child's output to ``<out>/logs/`` (``out`` defaults to
-    ``work``)."""
+    ``args.device``, ``args.batch_size``, ``args.dtype`` and the ``args.max_minutes`` cap (then Ctrl-C, and a kill
+    after ``args.grace_s`` seconds, default 120), and return what it measured. The run directory goes to
+    ``<out>/runs/``, the child's output to ``<out>/logs/`` (``out`` defaults to ``work``)."""
     out = work if out is None else out
     too_large = memory_shortfall(target, args.device)
     if too_large:
@@ -504,7 +524,7 @@ def run_target(target: Target, args, work: Path, out: Path | None = None) -> Mea
             peak_kib = max(peak_kib, _peak_rss_kib(child.pid))
             if not stopped and time.monotonic() > deadline:
                 child.send_signal(signal.SIGINT)  # the job records what it finished, then stops
-                stopped, deadline = True, time.monotonic() + 120
+                stopped, deadline = True, time.monotonic() + getattr(args, "grace_s", 120.0)
             elif stopped and time.monotonic() > deadline:
                 child.kill()
             time.sleep(0.5)

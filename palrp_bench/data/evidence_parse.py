@@ -9,9 +9,11 @@ evidence is the character span of one parsed token:
   the verb as an auxiliary or copula (``aux``, ``auxpass``, ``cop``), the subject of its head. The head word, as
   Linzen et al.'s ``subj_index`` marks it.
 * ra: the antecedent of the reflexive: going up from the reflexive through its heads (the verb it is the object
-  of, the preposition in between), the first subject found; its head word (``Many teenagers`` -> ``teenagers``).
-  The paper used a coreference model (fastcoref) here; the subject of the reflexive's clause is what that finds in
-  BLiMP's one-clause sentences.
+  of, the preposition in between), the first subject found. ``evidence="phrase"`` (the default of the ra task): the
+  noun chunk holding it (spaCy's ``doc.noun_chunks``: ``Many teenagers``), the reading closest to the paper's
+  fastcoref mentions, which are noun phrases; the head word alone when no chunk holds it. ``evidence="head"``: its
+  head word (``teenagers``). The paper used a coreference model (fastcoref) here; the subject of the reflexive's
+  clause is what that finds in BLiMP's one-clause sentences.
 
 Only a subject that lies before the predicted word counts (the text a causal LM reads); otherwise the sample has
 no evidence and the loader drops it (counted). ``meta["evidence_source"] = "parser:spacy/<model>"``.
@@ -19,7 +21,8 @@ no evidence and the loader drops it (counted). ``meta["evidence_source"] = "pars
 spaCy is optional and its English model is not on PyPI: without them :func:`load_parser` raises one line saying
 how to get both (:data:`SPACY_FIX`). The span logic (:func:`sva_subject_span`, :func:`ra_antecedent_span`) needs
 only tokens with ``i``, ``idx``, ``text``, ``dep_``, ``head`` and ``children`` (compared by ``i``: spaCy makes a
-new token object on every access), so it is tested on hand-made parses.
+new token object on every access) and, for phrases, ``noun_chunks`` spans with ``start``, ``end`` (token indices,
+end exclusive), ``start_char`` and ``end_char``, so it is tested on hand-made parses.
 """
 from __future__ import annotations
 
@@ -29,9 +32,9 @@ from typing import Any
 
 from ..errors import MissingDataError
 
-__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "parser_missing", "check_parser", "load_parser", "parse",
-           "sva_subject_span",
-           "ra_antecedent_span", "parser_source", "NeedsParse", "resolve_parses"]
+__all__ = ["SPACY_MODEL", "SPACY_FIX", "SUBJECT_DEPS", "RA_EVIDENCE", "parser_missing", "check_parser", "load_parser",
+           "parse", "sva_subject_span", "ra_antecedent_span", "noun_chunk_span", "parser_source", "NeedsParse",
+           "resolve_parses"]
 
 #: The spaCy pipeline used unless ``task.options.spacy_model`` names another.
 SPACY_MODEL = "en_core_web_sm"
@@ -43,6 +46,9 @@ SUBJECT_DEPS: tuple[str, ...] = ("nsubj", "nsubjpass")
 _AUXILIARY_DEPS = ("aux", "auxpass", "cop")
 #: How far up from the reflexive the antecedent search goes.
 _MAX_HEAD_STEPS = 8
+#: What of the antecedent is ra evidence (``task.options.evidence``), the default first: its noun phrase, or its
+#: head word.
+RA_EVIDENCE: tuple[str, ...] = ("phrase", "head")
 
 
 def parser_source(model: str) -> str:
@@ -127,9 +133,21 @@ def sva_subject_span(doc, verb_char: int, limit: int) -> tuple[int, int] | None:
     return _span(subject, limit) if subject is not None else None
 
 
-def ra_antecedent_span(doc, reflexive_char: int, limit: int) -> tuple[int, int] | None:
+def noun_chunk_span(doc, token, limit: int) -> tuple[int, int] | None:
+    """The character span of the noun chunk of ``doc`` (``doc.noun_chunks``) that holds ``token``, else of the token
+    alone; None when it ends after ``limit``."""
+    for chunk in doc.noun_chunks:
+        if chunk.start <= token.i < chunk.end:
+            return (chunk.start_char, chunk.end_char) if chunk.end_char <= limit else None
+    return _span(token, limit)
+
+
+def ra_antecedent_span(doc, reflexive_char: int, limit: int, evidence: str = "head") -> tuple[int, int] | None:
     """The character span of the antecedent (the nearest subject up the heads) of the reflexive starting at
-    ``reflexive_char`` (module docstring), or None."""
+    ``reflexive_char``: its head word, or with ``evidence="phrase"`` the noun chunk holding it (module docstring);
+    None when there is none before ``limit``."""
+    if evidence not in RA_EVIDENCE:
+        raise ValueError(f"unknown ra evidence {evidence!r}; expected one of {RA_EVIDENCE}")
     node = _token_at(doc, reflexive_char)
     if node is None:
         return None
@@ -139,7 +157,7 @@ def ra_antecedent_span(doc, reflexive_char: int, limit: int) -> tuple[int, int] 
             return None
         subject = _subject_of(head)
         if subject is not None and subject.i != node.i:
-            return _span(subject, limit)
+            return noun_chunk_span(doc, subject, limit) if evidence == "phrase" else _span(subject, limit)
         node = head
     return None
 
@@ -163,10 +181,11 @@ class NeedsParse:
 PARSE_CHUNK = 256
 
 
-def resolve_parses(candidates, model: str = SPACY_MODEL, chunk: int = PARSE_CHUNK):
+def resolve_parses(candidates, model: str = SPACY_MODEL, chunk: int = PARSE_CHUNK, ra_evidence: str = "head"):
     """``candidates`` in order, each :class:`NeedsParse` replaced by its sample with the parsed evidence (none when
-    the parse finds no subject before the predicted word); parsed :data:`PARSE_CHUNK` at a time, lazily, so a
-    loader that stops at ``limit`` parses at most one chunk more than it keeps. Other candidates pass unchanged."""
+    the parse finds no subject before the predicted word; ra: ``ra_evidence`` of :data:`RA_EVIDENCE`); parsed
+    :data:`PARSE_CHUNK` at a time, lazily, so a loader that stops at ``limit`` parses at most one chunk more than it
+    keeps. Other candidates pass unchanged."""
     block: list = []
 
     def flush():
@@ -174,8 +193,9 @@ def resolve_parses(candidates, model: str = SPACY_MODEL, chunk: int = PARSE_CHUN
         if pending:
             docs = parse([c.text for c in pending], model)
             for candidate, doc in zip(pending, docs):
-                find = sva_subject_span if candidate.task == "sva" else ra_antecedent_span
-                span = find(doc, candidate.anchor, len(candidate.sample.prefix))
+                limit = len(candidate.sample.prefix)
+                span = (sva_subject_span(doc, candidate.anchor, limit) if candidate.task == "sva"
+                        else ra_antecedent_span(doc, candidate.anchor, limit, ra_evidence))
                 candidate.sample.evidence = (span,) if span is not None else ()
                 candidate.sample.meta["evidence_source"] = parser_source(model)
         out = [c.sample if isinstance(c, NeedsParse) else c for c in block]

@@ -3,8 +3,11 @@
 BLiMP's ``anaphor_number_agreement`` paradigm (Warstadt et al. 2020): minimal pairs such as "Many teenagers were
 helping themselves." / "... herself." differing only in the reflexive, which must agree in number with its
 antecedent. target = the reflexive of the good sentence, foil = that of the bad one; ``prefix`` the words before
-it, ``suffix`` what follows it (``"."``). Evidence = the antecedent: the head word of the subject. Formats (read
-from a file, a folder, or the hub ``nyu-mll/blimp`` config ``anaphor_number_agreement`` when ``path`` is None):
+it, ``suffix`` what follows it (``"."``). Evidence = the antecedent, option ``evidence``
+(:data:`~palrp_bench.data.evidence_parse.RA_EVIDENCE`): ``phrase`` (the default: the noun phrase holding the
+antecedent, ``Many teenagers``, as the paper's fastcoref mentions) or ``head`` (its head word, ``teenagers``);
+``meta["evidence_unit"]`` records which. Formats (read from a file, a folder, or the hub ``nyu-mll/blimp`` config
+``anaphor_number_agreement`` when ``path`` is None):
 
 * **BLiMP JSON lines** (``anaphor_number_agreement.jsonl``): ``sentence_good``, ``sentence_bad``,
   ``one_prefix_prefix``, ``one_prefix_word_good``, ``one_prefix_word_bad``, ``UID``, ``pairID``. No evidence:
@@ -14,8 +17,8 @@ from a file, a folder, or the hub ``nyu-mll/blimp`` config ``anaphor_number_agre
   trailing punctuation moved to the suffix). Evidence from the parse.
 * **BLiMP with targets** (the CSV of Ferrando et al. 2023, ``blimp_with_targets/anaphor_number_agreement.csv``):
   the JSON-lines fields plus ``target`` (the antecedent's head word, ``NA`` when their parse found none) and
-  ``target_phrase``; evidence = the first whole-word occurrence of ``target`` inside ``target_phrase`` in the
-  prefix (``meta["evidence_source"] = "file:target"``).
+  ``target_phrase``; evidence = the first whole-word occurrence of ``target_phrase`` in the prefix (``phrase``;
+  ``meta["evidence_source"] = "file:target_phrase"``), or of ``target`` inside it (``head``; ``"file:target"``).
 * **Saved evidence records** (``.jsonl`` written by ``save_evidence_jsonl``).
 
 ``sample_id`` = ``ra-{UID}-{pairID}`` (``ra-{hash of the good sentence}`` without them). Option ``paradigm`` reads
@@ -32,7 +35,7 @@ from ..errors import BadInputError, PalrpError
 from .evidence_common import (EVIDENCE_JSONL_FIELDS, EvidencePool, EvidenceSample, check_limit,
                               collect_pool, content_sample_id, is_evidence_jsonl, peek_records, read_evidence_jsonl,
                               word_span)
-from .evidence_parse import SPACY_MODEL, NeedsParse, check_parser, resolve_parses
+from .evidence_parse import RA_EVIDENCE, SPACY_MODEL, NeedsParse, check_parser, resolve_parses
 from .registry import Option, register_dataset
 from .text_common import hub_records, load_hub_dataset
 
@@ -77,7 +80,7 @@ def _text(value) -> str | None:
     return None if value.strip() in ("", "NA") else value
 
 
-def _blimp(records: Iterator[dict], what: str) -> Iterator:
+def _blimp(records: Iterator[dict], what: str, evidence: str) -> Iterator:
     seen: dict[str, int] = {}
     for row, record in enumerate(records):
         good, bad = str(record["sentence_good"]), str(record["sentence_bad"])
@@ -94,18 +97,22 @@ def _blimp(records: Iterator[dict], what: str) -> Iterator:
         uid, pair = record.get("UID"), record.get("pairID")
         sample_id = (f"ra-{uid}-{pair}" if _text(uid) is not None and _text(pair) is not None
                      else content_sample_id("ra", good, seen=seen))
-        meta = {"source": "blimp", "row": row}
+        meta = {"source": "blimp", "row": row, "evidence_unit": evidence}
         if _text(uid):
             meta["uid"] = str(uid)
         sample = EvidenceSample(sample_id=sample_id, task="ra", target=target, foil=foil, evidence=(), prefix=prefix,
                                 suffix=suffix, meta=meta)
         if "target" in record:  # Ferrando et al.'s annotated CSV
-            meta["source"], meta["evidence_source"] = "blimp_with_targets", "file:target"
+            meta["source"] = "blimp_with_targets"
+            meta["evidence_source"] = "file:target_phrase" if evidence == "phrase" else "file:target"
             head, phrase = _text(record.get("target")), _text(record.get("target_phrase"))
             within = word_span(prefix, phrase) if phrase else None
-            span = word_span(prefix, head, within) if head else None
-            if span is None and head and within is not None:
-                span = word_span(prefix, head)
+            if evidence == "phrase":
+                span = within
+            else:
+                span = word_span(prefix, head, within) if head else None
+                if span is None and head and within is not None:
+                    span = word_span(prefix, head)
             sample.evidence = (span,) if span is not None else ()
             yield sample
         else:
@@ -140,15 +147,18 @@ def needs_parser(path: str | Path | None, paradigm: str = PARADIGM) -> bool:
 
 
 def load_ra(path: str | Path | None = None, limit: int | None = None, paradigm: str = PARADIGM,
-            spacy_model: str = SPACY_MODEL) -> EvidencePool:
+            spacy_model: str = SPACY_MODEL, evidence: str = RA_EVIDENCE[0]) -> EvidencePool:
     """The first ``limit`` kept ra samples (module docstring) with the drops counted
-    (:class:`~palrp_bench.data.evidence_common.EvidencePool`)."""
+    (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``evidence``: ``phrase`` or ``head``."""
     check_limit(limit)
+    if evidence not in RA_EVIDENCE:
+        raise BadInputError(f"unknown ra evidence {evidence!r}", f"set task.options.evidence to one of {RA_EVIDENCE}")
     what = f"BLiMP {paradigm}"
     records, source = _records(path, paradigm)
     if source == "evidence_jsonl":
         return collect_pool(read_evidence_jsonl(records, "ra", what), limit, what=what, source=source)
-    return collect_pool(resolve_parses(_blimp(records, what), spacy_model), limit, what=what, source=source)
+    return collect_pool(resolve_parses(_blimp(records, what, evidence), spacy_model, ra_evidence=evidence), limit,
+                        what=what, source=source)
 
 
 def _records(path: str | Path | None, paradigm: str) -> tuple[Iterator[dict], str]:
@@ -194,10 +204,13 @@ def _parser(task, options, findings) -> None:
 
 
 @register_dataset(
-    "ra", options=(Option("paradigm", PARADIGM, "the BLiMP paradigm"),
+    "ra", options=(Option("evidence", RA_EVIDENCE[0], f"the antecedent as evidence: one of {RA_EVIDENCE}"),
+                   Option("paradigm", PARADIGM, "the BLiMP paradigm"),
                    Option("spacy_model", SPACY_MODEL, "spaCy pipeline finding the antecedent in unannotated data")),
     hub=HF_NAME, local_copy=f"<blimp> ({PARADIGM}.jsonl, or a folder holding {PARADIGM}/train-*.parquet)",
     pool_size=BLIMP_PAIRS, tokens=MEAN_TOKENS, check=_check_copy, requirements=_parser)
 def _ra_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=ra``: options ``paradigm`` (default anaphor_number_agreement), ``spacy_model``."""
-    return load_ra(path, limit=limit, paradigm=str(options["paradigm"]), spacy_model=str(options["spacy_model"]))
+    """``task.dataset=ra``: options ``evidence`` (``phrase``, the default, or ``head``), ``paradigm`` (default
+    anaphor_number_agreement), ``spacy_model``."""
+    return load_ra(path, limit=limit, paradigm=str(options["paradigm"]), spacy_model=str(options["spacy_model"]),
+                   evidence=str(options["evidence"]))

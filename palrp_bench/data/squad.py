@@ -11,7 +11,12 @@ answers{text, answer_start}`` in file order, from
 
 ``answerable_only`` keeps the questions with at least one answer (``is_impossible`` false).
 
-**The qa task** (:func:`load_qa`): each answerable question becomes an
+**The qa task** (:func:`load_qa`): the answerable questions of the ``train`` split by default (the
+decomposition-attribution paper's qa set has 40k samples; SQuAD v2's validation split holds only 5,928 answerable
+questions, its train split 86,821), in a seeded random order (``numpy.random.default_rng(seed).permutation`` over
+the kept samples in file order, ``seed`` = ``task.options.seed``, default :data:`QA_ORDER_SEED`), so the first
+``limit`` form a uniform random sample; ``split=validation`` reads the validation split the same way. Saved
+evidence records keep their file order (a selection already made). Each answerable question becomes an
 :class:`~palrp_bench.data.evidence_common.EvidenceSample` with the paragraph as ``context``; evidence = the first
 answer's span ``[answer_start, answer_start + len(text))`` in the context (a span whose text is not the answer is
 dropped, ``evidence_mismatch``). The paper gives no prompt, foil or correctness rule; ours:
@@ -33,13 +38,17 @@ whose answer gave the foil), ``split``, ``source``, ``evidence_source = "file:an
 
 **The AttnLRP protocol's samples** (:func:`load_squad_attnlrp`, ``task.dataset=squad``; the task ``squad_attnlrp``,
 AttnLRP paper appendix B.1: "4000 randomly selected validation dataset samples (fixed set for all baselines)"):
-every answerable question, in the order of a seeded permutation (``numpy.random.default_rng(seed).permutation``
-over the answerable questions in file order, ``seed`` = ``task.options.seed``, recorded with the task in the
-manifest), so the first ``pool_size`` form a uniform random sample and any prefix is itself one. Each becomes an
-:class:`~palrp_bench.data.evidence_common.EvidenceSample` with evidence = the first answer's span (a span whose
-text is not the answer is dropped, ``evidence_mismatch``), ``target`` = the answer's first word, no foil (the
-protocol explains the model's own first answer token); ``meta["answers"]`` every annotated answer (correctness,
-evaluation/tasks/seq2seq_qa.py), ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
+every question of the split, unanswerable ones included (B.1 draws from the validation samples, about half of
+which SQuAD v2 marks unanswerable; the explained output, the model's first answer token, exists for every
+question), or with ``answerable_only`` the answerable ones, in the order of a seeded permutation
+(``numpy.random.default_rng(seed).permutation`` over those questions in file order, ``seed`` =
+``task.options.seed``, recorded with the task in the manifest), so the first ``pool_size`` form a uniform random
+sample and any prefix is itself one. Each becomes an :class:`~palrp_bench.data.evidence_common.EvidenceSample`
+with no foil (the protocol explains the model's own first answer token); an answerable question has evidence =
+the first answer's span (a span whose text is not the answer is dropped, ``evidence_mismatch``) and ``target`` =
+the answer's first word, an unanswerable one no evidence and an empty target. ``meta["answers"]`` holds every
+annotated answer (none for an unanswerable question: correctness, evaluation/tasks/seq2seq_qa.py),
+``meta["answerable"]`` whether there is one, ``meta["order_seed"]`` the seed. ``sample_id`` = ``squad-{SQuAD id}``.
 
 **Exact match** (:func:`squad_exact_match`): SQuAD's official answer normalisation (``evaluate-v2.0.py``:
 lower case, punctuation removed, the articles ``a``, ``an``, ``the`` removed, whitespace collapsed), then equality
@@ -68,11 +77,14 @@ OFFICIAL_FILES: dict[str, str] = {"train": "train-v2.0.json", "validation": "dev
 #: Fields of a flat row.
 SQUAD_COLUMNS: tuple[str, ...] = ("id", "title", "context", "question", "answers")
 DEFAULT_SPLIT = "validation"
+#: the split of the evidence benchmark's qa task (:func:`load_qa`) and the seed of its random order
+QA_DEFAULT_SPLIT = "train"
+QA_ORDER_SEED = 0
 #: the seed of the AttnLRP protocol's random order of the answerable questions (:func:`load_squad_attnlrp`)
 ATTNLRP_ORDER_SEED = 0
 
 __all__ = ["iter_squad", "squad_answers", "paragraph_foils", "load_qa", "load_squad_attnlrp", "OFFICIAL_FILES",
-           "ATTNLRP_ORDER_SEED", "normalize_answer", "squad_exact_match"]
+           "ATTNLRP_ORDER_SEED", "QA_DEFAULT_SPLIT", "QA_ORDER_SEED", "normalize_answer", "squad_exact_match"]
 
 
 def _how_to_get(split: str) -> str:
@@ -121,6 +133,10 @@ def _squad_rows(path: str | Path | None, split: str) -> tuple[Iterable[dict], st
         dataset = load_hub_dataset(HF_NAME, None, split=split, what="SQuAD v2", how_to_get=how)
         return hub_records(dataset, name=HF_NAME, how_to_get=how), "squad_hub"
     local = Path(path).expanduser()
+    other = next((name for name, file in OFFICIAL_FILES.items() if name != split and local.name == file), None)
+    if local.is_file() and other is not None:
+        raise BadInputError(f"{local} is SQuAD v2's {other} file, but the task reads split={split}",
+                            f"set task.options.split={other}, or pass {OFFICIAL_FILES[split]}")
     official = _official_file(local, split)
     if official is not None:
         try:
@@ -202,12 +218,21 @@ def _qa_candidates(rows: Iterable[dict], split: str, source: str) -> Iterator[Ev
                                  context=context, question=str(row["question"]), meta=meta)
 
 
-def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None) -> EvidencePool:
-    """The first ``limit`` kept qa samples of SQuAD v2 ``split`` (module docstring), drops counted
-    (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``path`` may also be saved evidence records."""
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    return int(seed)
+
+
+def load_qa(path: str | Path | None = None, split: str = QA_DEFAULT_SPLIT, limit: int | None = None,
+            seed: int = QA_ORDER_SEED) -> EvidencePool:
+    """The first ``limit`` kept qa samples of SQuAD v2 ``split`` in the seeded random order (module docstring), drops
+    counted over the whole split (:class:`~palrp_bench.data.evidence_common.EvidencePool`); ``path`` may also be
+    saved evidence records (read in file order)."""
     check_limit(limit)
     if split not in OFFICIAL_FILES:
         raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
+    seed = _check_seed(seed)
     if path is not None:
         local = Path(path).expanduser()
         if local.is_file() and local.suffix == ".jsonl":
@@ -218,11 +243,16 @@ def load_qa(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: i
                                     what=f"qa file {local}", source="evidence_jsonl")
     rows, source = _squad_rows(path, split)
     answerable = (row for row in rows if squad_answers(row)[0])
-    return collect_pool(_qa_candidates(answerable, split, source), limit, what="SQuAD v2", source=source)
+    pool = collect_pool(_qa_candidates(answerable, split, source), None, what="SQuAD v2", source=source)
+    order = np.random.default_rng(seed).permutation(len(pool))[:limit]
+    for i in order:
+        pool[int(i)].meta["order_seed"] = seed
+    return EvidencePool([pool[int(i)] for i in order], pool.dropped, source)
 
 
-#: answerable questions of each split (the qa pool before ``task.pool_size``)
+#: answerable questions of each split (the qa pool before ``task.pool_size``), and all questions
 ANSWERABLE: dict[str, int] = {"validation": 5928, "train": 86821}
+QUESTIONS: dict[str, int] = {"validation": 11873, "train": 130319}
 #: where the official SQuAD v2 files are published
 SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
 #: mean real tokens of a qa prompt under LLaMA tokenizers (the decomposition-attribution paper: at least 193, plus
@@ -235,74 +265,97 @@ _SPLIT = Option("split", DEFAULT_SPLIT, "validation or train")
 
 def _check_qa(task, options, findings) -> None:
     """The file read up to its first kept sample."""
-    load_qa(task.path, split=options["split"], limit=1)
+    load_qa(task.path, split=options["split"], limit=1, seed=options["seed"])
 
 
-@register_dataset("qa", options=(_SPLIT,), hub=HF_NAME,
-                  local_copy="<squad> (dev-v2.0.json, or a folder holding squad_v2/validation-*.parquet)",
+@register_dataset("qa", options=(Option("split", QA_DEFAULT_SPLIT, "train or validation"),
+                                 Option("seed", QA_ORDER_SEED, "seed of the random order")), hub=HF_NAME,
+                  local_copy="<squad> (train-v2.0.json, or a folder holding squad_v2/train-*.parquet; "
+                             "task.options.split=validation: dev-v2.0.json)",
                   pool_size=lambda options: ANSWERABLE.get(options["split"]), tokens=QA_PROMPT_TOKENS,
                   check=_check_qa)
 def _qa_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=qa``: option ``split`` (``validation``, the default, or ``train``)."""
-    return load_qa(path, split=str(options["split"]), limit=limit)
+    """``task.dataset=qa``: options ``split`` (``train``, the default, or ``validation``) and ``seed`` (the random
+    order, default :data:`QA_ORDER_SEED`)."""
+    return load_qa(path, split=str(options["split"]), limit=limit, seed=options["seed"])
+
+
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise BadInputError(f"{name} must be true or false, got {value!r}", f"set task.options.{name}=true or false")
+    return bool(value)
 
 
 def load_squad_attnlrp(path: str | Path | None = None, split: str = DEFAULT_SPLIT, limit: int | None = None,
-                       seed: int = ATTNLRP_ORDER_SEED) -> EvidencePool:
-    """The first ``limit`` answerable questions of SQuAD v2 ``split`` in the seeded random order of the AttnLRP
-    protocol (module docstring), drops counted."""
+                       seed: int = ATTNLRP_ORDER_SEED, answerable_only: bool = False) -> EvidencePool:
+    """The first ``limit`` questions of SQuAD v2 ``split`` (with ``answerable_only`` the answerable ones) in the
+    seeded random order of the AttnLRP protocol (module docstring), drops counted."""
     check_limit(limit)
     if split not in OFFICIAL_FILES:
         raise BadInputError(f"unknown SQuAD v2 split {split!r}", f"use one of {sorted(OFFICIAL_FILES)}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise BadInputError(f"seed must be a non-negative int, got {seed!r}", "set task.options.seed, e.g. 0")
+    seed = _check_seed(seed)
+    answerable_only = _check_flag(answerable_only, "answerable_only")
     rows, source = _squad_rows(path, split)
     kept: list[EvidenceSample] = []
     dropped: dict[str, int] = {}
     for row in rows:
         texts, starts = squad_answers(row)
-        if not texts:
+        if not texts and answerable_only:
             continue
-        context, answer, start = str(row["context"]), texts[0], starts[0]
+        context = str(row["context"])
+        meta = {"source": source, "split": split, "title": str(row.get("title") or ""), "answers": texts,
+                "answerable": bool(texts), "order_seed": int(seed)}
+        if not texts:
+            kept.append(EvidenceSample(sample_id=f"squad-{row['id']}", task="qa", target="", foil="", evidence=(),
+                                       context=context, question=str(row["question"]), meta=meta))
+            continue
+        answer, start = texts[0], starts[0]
         if not _span_holds_answer(context, answer, start):
             dropped["evidence_mismatch"] = dropped.get("evidence_mismatch", 0) + 1
             continue
         kept.append(EvidenceSample(
             sample_id=f"squad-{row['id']}", task="qa", target=first_word(answer) or answer, foil="",
             evidence=((start, start + len(answer)),), context=context, question=str(row["question"]),
-            meta={"source": source, "evidence_source": "file:answer_start", "split": split,
-                  "title": str(row.get("title") or ""), "answer": answer, "answers": texts,
-                  "order_seed": int(seed)}))
+            meta={**meta, "evidence_source": "file:answer_start", "answer": answer}))
     order = np.random.default_rng(int(seed)).permutation(len(kept))
     chosen = [kept[int(i)] for i in order[:limit]]
     return EvidencePool(chosen, dropped, source)
 
 
+def _squad_pool(options) -> int | None:
+    """Questions the AttnLRP protocol draws from: every question of the split, or its answerable ones."""
+    return (ANSWERABLE if options["answerable_only"] else QUESTIONS).get(options["split"])
+
+
 def _check_squad(task, options, findings) -> None:
-    """A readable SQuAD v2 split with at least ``pool_size`` answerable questions (the AttnLRP protocol draws its
-    random sample from them)."""
+    """A readable SQuAD v2 split with at least ``pool_size`` questions (the AttnLRP protocol draws its random sample
+    from them; with ``answerable_only`` from the answerable ones)."""
     split = options["split"]
     official = OFFICIAL_FILES.get(split, "dev-v2.0.json")
     path_fix = (findings.fix(f"task.path=<{official}>")
                 + f" (the official file, a folder holding it, or the hub's squad_v2/{split}-*.parquet; download "
                   f"{SQUAD_URL}{official})")
     try:
-        pool = load_squad_attnlrp(task.path, split=split, seed=options["seed"])
+        pool = load_squad_attnlrp(task.path, split=split, seed=options["seed"],
+                                  answerable_only=options["answerable_only"])
     except (MissingDataError, BadInputError) as err:
         findings.add(f"SQuAD v2 file {task.path} ({task.name}): {err.problem}", path_fix)
         return
     if task.pool_size is not None and len(pool) < task.pool_size:
-        findings.add(f"{task.path} holds {len(pool):,} answerable questions, fewer than pool_size={task.pool_size:,} "
+        what = "answerable questions" if options["answerable_only"] else "questions"
+        findings.add(f"{task.path} holds {len(pool):,} {what}, fewer than pool_size={task.pool_size:,} "
                      f"({task.name})", f"{path_fix}, or {findings.fix(f'task.pool_size={len(pool)}')}")
 
 
-@register_dataset("squad", options=(_SPLIT, Option("seed", ATTNLRP_ORDER_SEED, "seed of the random order")),
-                  hub=HF_NAME, local_copy="<dev-v2.0.json>", pool_size=lambda options: ANSWERABLE.get(options["split"]),
+@register_dataset("squad", options=(_SPLIT, Option("seed", ATTNLRP_ORDER_SEED, "seed of the random order"),
+                                    Option("answerable_only", False, "keep only the answerable questions")),
+                  hub=HF_NAME, local_copy="<dev-v2.0.json>", pool_size=_squad_pool,
                   tokens=SQUAD_PROMPT_TOKENS, context_tokens=SQUAD_CONTEXT_TOKENS, check=_check_squad)
 def _squad_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``) and ``seed`` (the
-    random order, default :data:`ATTNLRP_ORDER_SEED`)."""
-    return load_squad_attnlrp(path, split=str(options["split"]), limit=limit, seed=options["seed"])
+    """``task.dataset=squad``: options ``split`` (``validation``, the default, or ``train``), ``seed`` (the random
+    order, default :data:`ATTNLRP_ORDER_SEED`) and ``answerable_only`` (default false: every question)."""
+    return load_squad_attnlrp(path, split=str(options["split"]), limit=limit, seed=options["seed"],
+                              answerable_only=options["answerable_only"])
 
 
 def normalize_answer(text: str) -> str:

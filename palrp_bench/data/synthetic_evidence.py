@@ -8,8 +8,10 @@ Three template tasks in the shape of the real ones, with the evidence known by c
   attractors N2 have a random number. Evidence = N1; target = the agreeing form, foil = the other number.
 * ``synthetic_ra`` (:func:`make_synthetic_ra`): "[Opener,] The [adj] N1 | Name [prep the N2] VERBED REFLEXIVE."
   -- the reflexive agrees with the subject (``himself`` / ``herself`` by the noun's gender, ``themselves`` for
-  plurals); an attractor N2 of any number and gender may stand between. Evidence = the subject (N1 or the name);
-  foil = the reflexive of the other number (a plural subject gets its gender's singular one), as in BLiMP.
+  plurals); an attractor N2 of any number and gender may stand between. Evidence = the subject's head word (N1 or
+  the name; option ``evidence=head``, the default here, which the shipped numbers use) or its noun phrase
+  (``evidence=phrase``: "The [adj] N1" or the name, as the real ra task's default); foil = the reflexive of the
+  other number (a plural subject gets its gender's singular one), as in BLiMP.
 * ``synthetic_qa`` (:func:`make_synthetic_qa`): a context of 2-3 facts about different people, each of another
   relation ("Tom lives in Paris. Anna has a cat."), and a question about one of them ("Where does Tom live?"); the
   answer is one word of the context (the evidence). The foil is an object of the same kind that is not in the
@@ -190,9 +192,11 @@ def make_synthetic_sva(n: int, seed: int = 0, split: str = "test") -> list[Evide
     return samples
 
 
-def make_synthetic_ra(n: int, seed: int = 0, split: str = "test") -> list[EvidenceSample]:
-    """``n`` deterministic reflexive anaphora samples (module docstring)."""
+def make_synthetic_ra(n: int, seed: int = 0, split: str = "test", evidence: str = "head") -> list[EvidenceSample]:
+    """``n`` deterministic reflexive anaphora samples (module docstring); ``evidence``: ``head`` or ``phrase``."""
     check_generator_args(n, seed, split, SYNTHETIC_SPLITS)
+    if evidence not in ("head", "phrase"):
+        raise BadInputError(f"unknown ra evidence {evidence!r}", "set task.options.evidence to head or phrase")
     samples = []
     for i in range(int(n)):
         rng = _rng("ra", seed, split, i)
@@ -201,8 +205,9 @@ def make_synthetic_ra(n: int, seed: int = 0, split: str = "test") -> list[Eviden
         if rng.random() < 0.3:
             name, gender = _pick(rng, RA_NAMES)
             subject, plural = b.add(name), False
+            phrase_start = subject[0]
         else:
-            b.add(determiner)
+            phrase_start = b.add(determiner)[0]
             if rng.random() < 0.4:
                 b.add(_pick(rng, ADJECTIVES))
             singular_form, plural_form, gender = _pick(rng, RA_NOUNS)
@@ -219,10 +224,11 @@ def make_synthetic_ra(n: int, seed: int = 0, split: str = "test") -> list[Eviden
         target = REFLEXIVES["plural"] if plural else REFLEXIVES[gender]
         foil = REFLEXIVES[gender] if plural else REFLEXIVES["plural"]
         samples.append(EvidenceSample(
-            sample_id=_sample_id("ra", split, seed, i), task="ra", target=target, foil=foil, evidence=(subject,),
-            prefix=b.text, suffix=".",
+            sample_id=_sample_id("ra", split, seed, i), task="ra", target=target, foil=foil,
+            evidence=(subject if evidence == "head" else (phrase_start, subject[1]),), prefix=b.text, suffix=".",
             meta={"source": "synthetic", "evidence_source": "template", "split": split, "seed": int(seed), "index": i,
-                  "subject_number": "plural" if plural else "singular", "gender": gender, "attractor": attractor}))
+                  "subject_number": "plural" if plural else "singular", "gender": gender, "attractor": attractor,
+                  "evidence_unit": evidence}))
     return samples
 
 
@@ -302,18 +308,21 @@ def contrast_logits(model: Any, tokenizer: Any, samples: Sequence[EvidenceSample
 def _register(task: str) -> None:
     @register_dataset(f"synthetic_{task}",
                       options=(Option("n", DEFAULT_N, "samples"), Option("seed", 0, "generator seed"),
-                               Option("split", "test", "train | val | test")),
+                               Option("split", "test", "train | val | test"))
+                      + ((Option("evidence", "head", "the subject's head word or its noun phrase: head | phrase"),)
+                         if task == "ra" else ()),
                       pool_size=lambda options: options["n"], tokens=MEAN_TOKENS[task],
                       context_tokens=MEAN_CONTEXT_TOKENS.get(task))
     def _load(path, limit, options, tokenizer) -> EvidencePool:
         n = int(options["n"])
         if limit is not None:
             n = min(n, int(limit))
-        samples = _MAKERS[task](n, int(options["seed"]), str(options["split"]))
+        extra = {"evidence": str(options["evidence"])} if task == "ra" else {}
+        samples = _MAKERS[task](n, int(options["seed"]), str(options["split"]), **extra)
         return collect_pool(samples, None, what=f"synthetic_{task}", source="synthetic")
 
     _load.__doc__ = (f"``task.dataset=synthetic_{task}``: options ``n`` (default {DEFAULT_N}), ``seed`` (0), "
-                     "``split`` (test | val | train).")
+                     "``split`` (test | val | train)" + ("; ``evidence`` (head | phrase)." if task == "ra" else "."))
 
 
 for _task in SYNTHETIC_EVIDENCE_TASKS:

@@ -106,7 +106,8 @@ TINY_TEXT_MODELS: dict[str, tuple[str, str, str]] = {
 
 __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "tiny_tokenizer_dir", "load_tiny_tokenizer",
            "make_synthetic_classification", "make_synthetic_mcqa", "tiny_text_config", "load_tiny_text_model",
-           "load_training_report", "batch_inputs", "classification_accuracy", "mcqa_accuracy", "words_to_ids"]
+           "load_training_report", "batch_inputs", "classification_accuracy", "mcqa_accuracy", "words_to_ids",
+           "save_tiny_text_checkpoint"]
 
 
 def _build_vocab() -> dict[str, int]:
@@ -305,6 +306,15 @@ def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None =
         raise MissingDataError(f"tiny text model {kind!r} at {folder} is unreadable ({type(exc).__name__})",
                                "run `python scripts/train_tiny_text.py` to recreate it") from None
     return model.eval()
+
+
+def save_tiny_text_checkpoint(kind: ModelKind, folder: str | Path) -> Path:
+    """The shipped tiny model ``kind`` and its tokenizer saved with ``save_pretrained`` into ``folder``: an
+    ordinary Hugging Face checkpoint, as a user's own model would be (README "Your own model and data")."""
+    folder = Path(folder)
+    load_tiny_text_model(kind).save_pretrained(folder)
+    load_tiny_tokenizer(kind=kind).save_pretrained(folder)
+    return folder
 
 
 def load_training_report(kind: ModelKind = "cls", asset_dir: str | Path | None = None) -> dict:

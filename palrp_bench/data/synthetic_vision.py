@@ -193,6 +193,26 @@ def load_tiny_vit(asset_dir: str | Path | None = None) -> torch.nn.Module:
     return model.eval()
 
 
+def save_tiny_vit_checkpoint(folder: str | Path) -> Path:
+    """The shipped tiny ViT saved as a timm checkpoint in the hub's format (``timm.models.save_for_hf``: ``config.json``
+    naming the timm architecture ``vit_tiny_patch16_224`` with the tiny model's arguments and its normalisation, and
+    ``model.safetensors``), as a user's own timm model would be (README "Your own model and data"); timm loads it with
+    ``timm.create_model("local-dir:<folder>", pretrained=True)``."""
+    import timm
+    from timm.models import save_for_hf
+
+    config = json.loads(tiny_vit_paths()[1].read_text())
+    kwargs = dict(config["timm_kwargs"])
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **kwargs)
+    model.load_state_dict(load_tiny_vit().state_dict(), strict=True)
+    model.pretrained_cfg = {**model.pretrained_cfg, "mean": tuple(config["mean"]), "std": tuple(config["std"]),
+                            "interpolation": "bilinear", "crop_pct": 1.0}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_for_hf(model, str(folder), safe_serialization=True, model_args=kwargs)
+    return folder
+
+
 @register_dataset("synthetic_vision",
                   options=(Option("n", 64, "images"), Option("seed", 0, "generator seed"),
                            Option("split", "test", "train | val | test")),

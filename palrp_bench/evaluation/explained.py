@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -51,8 +51,9 @@ class SampleShape:
     ``explain_tokens`` tokens, walking ``explain_features`` features (what a method with one pass per feature, AtMan,
     pays for), plain forwards over ``forward_tokens`` tokens, the features a perturbation curve walks
     (``perturbed_features``: tokens, pixels, context tokens), the forwards the task kind itself costs per sample and
-    the decoder tokens of an encoder-decoder's every forward, and the seconds a sample waits outside the model (the
-    self-test's delay)."""
+    the decoder tokens of an encoder-decoder's every forward, the seconds a sample waits outside the model (the
+    self-test's delay), and the tokens of the longest sample where the plan measured them (0: unknown; peak memory
+    is sized for a batch of those)."""
 
     explain_tokens: float
     forward_tokens: float
@@ -62,6 +63,7 @@ class SampleShape:
     decoder_tokens: float = 0.0
     explanations: int = 1
     wait_s: float = 0.0
+    longest_tokens: float = 0.0
 
 
 @dataclass
@@ -71,7 +73,9 @@ class ExplainedBatch:
     after each sample's real tokens; pixels: the ReLU'd map); ``explained``: the explained index per sample;
     ``infos`` / ``arrays``: per-sample info and arrays to cache (None: nothing new); ``finite``: whether the
     relevance of each sample is finite; ``correct``: the sample's ``correct`` row (None: none); ``rows``: filled by
-    the procedures, for the samples in :attr:`ok`."""
+    the procedures, for the samples in :attr:`ok`; ``explain_again(model, positions)``: the scores of the samples at
+    ``positions``, shaped as ``scores[positions]``, explained once more by ``model`` (the same method, input and
+    explained output; the float64 copy of procedure ``map_sensitivity``), None where the kind offers none."""
 
     bundle: Any
     samples: list
@@ -83,6 +87,7 @@ class ExplainedBatch:
     finite: list[bool]
     correct: list[bool | None]
     rows: dict[int, list[Row]] = field(default_factory=dict)
+    explain_again: Callable[[Any, list[int]], torch.Tensor] | None = None
 
     @property
     def ok(self) -> list[int]:
@@ -111,13 +116,15 @@ class TokenBatch(ExplainedBatch):
 @dataclass
 class Seq2SeqBatch(ExplainedBatch):
     """Encoder-decoder QA: encoder ``input_ids`` / ``attention_mask`` ``[B, T]``, the ``context`` and ``answer``
-    token flags ``[B, T]`` and the ``decoder_input_ids`` ``[B, 1]`` (the start token)."""
+    token flags ``[B, T]``, the ``decoder_input_ids`` ``[B, 1]`` (the start token) and whether each question has an
+    answer (SQuAD v2's unanswerable questions have none)."""
 
     input_ids: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
     context: torch.Tensor | None = None
     answer: torch.Tensor | None = None
     decoder_input_ids: torch.Tensor | None = None
+    answerable: list[bool] = field(default_factory=list)
 
 
 @dataclass

@@ -29,7 +29,7 @@ import torch
 from ..errors import BadInputError
 
 __all__ = ["TwinForward", "Attribution", "attribute", "resolve_target", "resolve_foil", "explained_output",
-           "seed_gradient", "STARTING_RELEVANCE", "embedding_sink"]
+           "seed_gradient", "STARTING_RELEVANCE", "embedding_sink", "absorbed_relevance"]
 
 def embedding_sink(embedding: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """The token embeddings as a leaf of the graph: the semantic sink, ``R(E) = E * E.grad`` after the backward
@@ -45,7 +45,9 @@ STARTING_RELEVANCE = ("logit", "unit")
 
 class TwinForward(Protocol):
     """What a twin's LRP-aware forward returns: ``logits`` ``[B, C]`` and ``sinks`` (name -> tensor or list of
-    tensors, e.g. one per layer)."""
+    tensors, e.g. one per layer). Every sink is a leaf the forward starts from (inputs, positional encodings),
+    except those a forward names in an optional ``probes`` attribute (e.g. a ViT's patch tokens, an intermediate
+    tensor whose relevance comes from the pixels'): :func:`absorbed_relevance` leaves probes out."""
 
     logits: torch.Tensor
 
@@ -171,3 +173,22 @@ def attribute(run_forward: Callable[[], TwinForward], target=None, *, starting_r
             relevance[name] = []
     acc = torch.promote_types(explained.dtype, torch.float32)
     return Attribution(out, tgt, explained.detach().to(acc), relevance, contrast)
+
+
+def absorbed_relevance(attribution: Attribution, starting_relevance: str) -> torch.Tensor:
+    """Per sample ``[B]``, the starting relevance (module docstring) minus the relevance of every sink that is not a
+    probe (:class:`TwinForward`): what the rules absorbed on the way, so that the sinks and it add up to the starting
+    relevance (docs/design.md, "accounting identity"). Under AttnLRP rules the softmax keeps the relevance entering
+    it minus the relevance leaving it, each bias ``b * grad_b``, and a position encoding the method holds constant
+    (no sink) all it receives; rules that conserve give 0 up to rounding. Accumulated in float64, returned in the
+    dtype of ``attribution.logit``."""
+    logit = attribution.logit
+    start = logit.double() * seed_gradient(logit, starting_relevance).double()
+    probes = set(getattr(attribution.forward, "probes", ()))
+    reached = torch.zeros_like(start)
+    for name, value in attribution.relevance.items():
+        if name in probes:
+            continue
+        for r in (value if isinstance(value, (list, tuple)) else [value]):
+            reached = reached + r.double().flatten(1).sum(1).to(reached.device)
+    return (start - reached).to(logit.dtype)

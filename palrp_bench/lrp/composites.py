@@ -7,6 +7,9 @@ forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
   product (gate*up, q*cos, Q K^T, A V), softmax rule, epsilon (eps -> 0) on linears.
 * ``cp_lrp``    -- Conservative propagation (Ali et al. 2022): attention weights and activation gates are
   constants, so all relevance flows along the value path; conserves exactly with zero biases.
+* ``attnlrp_constant_router`` -- AttnLRP with the gate values of mixture-of-experts routers held constant (all of
+  an expert's relevance stays on its branch, none reaches the router): a named variant of the gate treatment
+  (docs/engine.md, "Mixture of experts"); identical to ``attnlrp`` on dense models.
 * ``grad_x_input`` -- plain Gradient x Input (no modification anywhere): the cost floor in benchmarks.
 * ``official_vit`` -- the vision composite of the official PA-LRP code (docs/protocol.md section 1): gamma rule on
   the head and MLP linears (gamma=0.05) and on the patch-embedding conv (gamma=100), epsilon on the attention
@@ -44,6 +47,9 @@ class Composite:
     * ``softcap``: ``identity`` | ``gradient``, the rule on soft-capping ``c * tanh(x / c)`` of attention scores
       and logits (Gemma 2); identity in every LRP composite (CP-LRP included: its scores are constants anyway, and
       a constant cap on the logits would stop all relevance)
+    * ``router``: ``gradient`` | ``constant``, the rule of a mixture-of-experts router's gate values
+      (:func:`palrp_bench.lrp.rules.router_gates`): ``gradient`` is AttnLRP's softmax rule on the routing function,
+      the gate-times-expert product then takes ``product``; ``constant`` detaches the gates (CP-LRP)
     * ``linear_gamma``: gamma of the generalised gamma rule per linear-layer role (vision only; an empty
       mapping means the epsilon rule, i.e. plain gradient, everywhere)
     * ``stabilizable``: the epsilon-type rules take the ``stabilizers`` switch (:mod:`palrp_bench.lrp.stabilizers`);
@@ -58,6 +64,7 @@ class Composite:
     attn_value_share: float = 0.5
     attn_qk_share: float = 0.5
     softcap: str = "identity"
+    router: str = "gradient"
     linear_gamma: dict = field(default_factory=dict)
     stabilizable: bool = True
 
@@ -78,7 +85,8 @@ class Composite:
 
 ATTNLRP = Composite("attnlrp")
 CP_LRP = Composite("cp_lrp", activation="constant", norm="identity", product="uniform",
-                   attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5)
+                   attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5, router="constant")
+ATTNLRP_CONSTANT_ROUTER = Composite("attnlrp_constant_router", router="constant")
 GRAD_X_INPUT = Composite("grad_x_input", activation="gradient", norm="gradient", product="gradient",
                          attn_weights_share=1.0, attn_value_share=1.0, attn_qk_share=1.0, softcap="gradient",
                          stabilizable=False)
@@ -93,10 +101,12 @@ ATTNLRP_GAMMA = Composite("attnlrp_gamma", linear_gamma={"head": 0.05, "mlp": 0.
 GAMMA_B4 = {"head": 0.05, "mlp": 0.05, "patch_embed": 0.25}
 ATTNLRP_GAMMA_B4 = Composite("attnlrp_gamma_b4", linear_gamma=GAMMA_B4)
 CP_LRP_GAMMA_B4 = Composite("cp_lrp_gamma_b4", activation="constant", norm="identity", product="uniform",
-                            attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5, linear_gamma=GAMMA_B4)
+                            attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5, router="constant",
+                            linear_gamma=GAMMA_B4)
 
-COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, CP_LRP, GRAD_X_INPUT, OFFICIAL_VIT, ATTNLRP_GAMMA,
-                                                        ATTNLRP_GAMMA_B4, CP_LRP_GAMMA_B4)}
+COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, ATTNLRP_CONSTANT_ROUTER, CP_LRP, GRAD_X_INPUT,
+                                                        OFFICIAL_VIT, ATTNLRP_GAMMA, ATTNLRP_GAMMA_B4,
+                                                        CP_LRP_GAMMA_B4)}
 
 
 def register_composite(composite: Composite) -> Composite:

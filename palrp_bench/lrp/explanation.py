@@ -39,12 +39,22 @@ the explained position (T5: the decoder position). With a learned position table
 
     * ``extras["scores_signed"]`` ``[B, H, W]``: the map before the final ReLU (protocols that order pixels by
       signed relevance read it).
+    * ``extras["positional_term"]`` ``[B, Hp, Wp]``: the per-patch positional term the method adds to the semantic
+      map before painting (``positional`` itself for a learned PE; RoPE sinks reduced as the method reduces them).
+
+    LRP methods on language models also return the two per-token terms their aggregation combines,
+    ``extras["semantic_term"]`` and ``extras["positional_term"]`` ``[B, T]`` (official: the signed ``semantic`` and
+    ``sum_k (|pcos| + |psin|)`` or its signed ablation; eq11: the ReLU sums; 0 at padding;
+    :func:`palrp_bench.methods.token_aggregation.token_terms`): what the HTML report shows per token.
 
     Common: ``logit`` ``[B]`` the explained value (the target logit; with a foil the difference
     ``logit[target] - logit[foil]``), ``target`` ``[B]`` the explained index, ``extras["foil"]`` ``[B]`` the foil
     index (contrastive explanations only), ``stabilizers`` the name of the epsilon-rule stabilisers the pass used
-    (``none`` for baselines), ``forward_passes`` / ``backward_passes`` ``[B]`` the model passes each sample cost.
-    Baselines that
+    (``none`` for baselines), ``forward_passes`` / ``backward_passes`` ``[B]`` the model passes each sample cost,
+    ``extras["absorbed"]`` ``[B]`` (LRP methods) the starting relevance that reached no sink
+    (:func:`palrp_bench.lrp.attribution.absorbed_relevance`): ``semantic`` + ``positional`` + the other sinks' parts
+    (T5: the ``decoder_*`` twins; BERT: ``token_type``; ViTs: ``cls_semantic``, ``cls_positional``) + absorbed =
+    the starting relevance. Baselines that
     are not one LRP pass (:mod:`palrp_bench.attributors`) fill ``semantic`` with their scores and ``positional``
     with zeros (they put no relevance on the positional encoding).
     """

@@ -29,7 +29,7 @@ import torch
 from ..errors import BadInputError
 from . import rules
 
-__all__ = ["PositionalKind", "RoPE", "LearnedAbsolute", "ALiBi", "RelativeBias", "Rope2D", "POSITIONAL_KINDS",
+__all__ = ["PositionalKind", "RoPE", "DecoupledRoPE", "LearnedAbsolute", "ALiBi", "RelativeBias", "Rope2D", "POSITIONAL_KINDS",
            "register_positional", "get_positional", "RopeRelevance", "PositionalRelevance", "AlibiSinks",
            "ALIBI_RULES", "RelativeBiasSinks", "RELATIVE_BIAS_RULES", "real_token_positions"]
 
@@ -147,6 +147,42 @@ class RoPE(PositionalKind):
         shared = torch.stack([torch.stack(cos_relevance).sum(0).clamp(min=0).sum(-1),
                               torch.stack(sin_relevance).sum(0).clamp(min=0).sum(-1)], 1)
         return RopeRelevance(per_layer, per_layer_relu, shared)
+
+
+def deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """``[x0, x1, x2, x3, ...] -> [x0, x2, ..., x1, x3, ...]`` over the last dimension: rotary dimensions laid out
+    in interleaved pairs (each pair rotated by one frequency) brought to the half layout of :func:`rules.rotate_half`
+    (a permutation: relevance passes through it unchanged)."""
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
+@register_positional
+class DecoupledRoPE(RoPE):
+    """RoPE decoupled from the content dimensions (multi-head latent attention, DeepSeek-V2/V3): each query head is
+    ``[q_nope | q_rope]`` and each key ``[k_nope | k_rope]``, where only the ``q_rope`` part of every head and one
+    ``k_rope`` vector per token, shared by all heads, are rotated; the content parts never see a position.
+
+    * sinks: one fresh leaf copy of ``(cos, sin)`` ``[B, T, r]`` per layer (multi-sink), shared by the rotated query
+      parts of every head and the shared rotated key;
+    * rule: ``x*cos + rot(x)*sin`` with the uniform rule on each product (paper Eq. 10) on ``q_rope`` (per head) and
+      on the shared ``k_rope`` before it is copied to the heads; DeepSeek-V3's interleaved pair layout
+      (``rope_interleave``) is first brought to the half layout (:func:`deinterleave`: a permutation; scores are
+      unchanged, as in the library, whose rotated output is laid out the same way);
+    * identity: per layer and token, ``R(cos) + R(sin) = (R(q~_rope) + R(k~_rope)) / 2``, where ``k~_rope`` is the
+      shared rotated key (it collects the relevance of every head that reads it).
+    """
+
+    name = "rope_decoupled"
+    sinks = "one (cos, sin) leaf pair per layer, shared by the rotated query parts and the one rotated key"
+    rule = "uniform rule on x*cos and rot(x)*sin of q_rope per head and of the shared k_rope (paper Eq. 10)"
+    identity = "R(cos_k) + R(sin_k) = (R(q~_rope,k) + R(k~_rope,k)) / 2 per layer k"
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, product_rule: str, eps: float = 0.0,
+              interleaved: bool = False) -> torch.Tensor:
+        """The rotation of the rotary part ``x`` ``[B, H, T, r]`` (``H = 1`` for the shared key) with tables ``[B, T,
+        r]``; ``interleaved``: ``x`` holds interleaved pairs, the result the half layout (class docstring)."""
+        return RoPE.apply(deinterleave(x) if interleaved else x, cos, sin, product_rule, eps=eps)
 
 
 @register_positional

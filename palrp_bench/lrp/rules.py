@@ -16,6 +16,7 @@ Models", appendix C; AttnLRP paper, Achtibat et al. 2024, section 3).
 | attention (Q K^T, A V)            | uniform on both matmuls        | :func:`attention`                 |
 | attention in CP-LRP               | value path only                | :func:`attention` with A constant |
 | epsilon-rule denominator ``z+eps``| official stabilisers (opt-in)  | :func:`stabilize`                 |
+| MoE router gate values            | softmax rule, or constant      | :func:`router_gates`              |
 
 The slow, explicit relevance-tensor references these are tested against live in ``tests/reference/``.
 
@@ -35,13 +36,13 @@ import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Callable, Iterator
+from functools import lru_cache, partial
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import BadInputError
+from ..errors import BadInputError, is_out_of_memory
 
 __all__ = [
     "scale_grad",
@@ -54,6 +55,8 @@ __all__ = [
     "rms_norm",
     "layer_norm",
     "softcap",
+    "router_dtype",
+    "router_gates",
     "attention",
     "rotate_half",
     "output_projection",
@@ -64,6 +67,7 @@ __all__ = [
     "NormRecord",
     "AttentionHooks",
     "attention_hooks",
+    "attention_hooks_installed",
 ]
 
 
@@ -104,21 +108,28 @@ FUSED_MIN_ELEMENTS = 1 << 20
 _log = logging.getLogger(__name__)
 
 
-def _stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
+def _stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """``grad * z / (z + eps)``, 0 where ``z / (z + eps)`` is not finite: the backward of :func:`stabilize`.
 
-    Eager, this is four elementwise passes over one temporary (it runs on every linear output and sum of every
-    layer); ``z + eps == 0`` only where ``z == -eps != 0``, so the division gives +-inf exactly there, set to 0
-    (as is the NaN of a non-finite ``z``). Compiled (:func:`_fused_kernel`), the same expression is one kernel
-    that reads ``grad`` and ``z`` once and writes the result."""
+    ``eps`` is a 0-dim tensor of ``z``'s dtype on ``z``'s device (:func:`_eps_tensor`), so ``z + eps`` adds the same
+    number on every device and in the compiled kernel (a Python float is rounded to the dtype by some kernels and
+    added in float32 by others). Two numbers of one dtype sum to exactly 0 only when one is minus the other, so the
+    denominator vanishes exactly where ``z == -eps``, whether the sum is rounded to the dtype or kept in float32;
+    the division gives +-inf there, set to 0 (as is the NaN of a non-finite ``z``). Eager, this is four elementwise
+    passes over one temporary (it runs on every linear output and sum of every layer); compiled
+    (:func:`_fused_kernel`), the same expression is one kernel that reads ``grad`` and ``z`` once and writes the
+    result."""
     factor = torch.div(z, z + eps).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     return factor.mul_(grad)
 
 
-#: device type -> the compiled kernel, or None once it failed there (then the eager expression runs)
-_FUSED: dict[str, Callable | None] = {}
-#: (device type, dtype) pairs whose compiled kernel has run once without error
-_FUSED_CHECKED: set[tuple[str, torch.dtype]] = set()
+#: device type -> ``torch.compile`` of :func:`_stabilized_grad`, or None once building or running it failed there
+_COMPILED: dict[str, Callable | None] = {}
+#: (device type, dtype) -> the compiled kernel after it agreed with the eager expression on :func:`_probe`, or None
+#: where it did not (or could not be built): then the eager expression answers
+_FUSED: dict[tuple[str, torch.dtype], Callable | None] = {}
+#: ``eps`` values the probe checks every kernel with (the official sets' values), besides the one of the first call
+PROBE_EPS = (1e-8, 0.5e-8, 1e-6, 0.5e-6, 1e-5)
 
 
 def fused_stabilizers() -> str:
@@ -131,55 +142,140 @@ def fused_stabilizers() -> str:
     return mode
 
 
-def _fused_kernel(device_type: str) -> Callable | None:
-    """The compiled :func:`_stabilized_grad` for ``device_type``, or None where the mode leaves it eager or
-    ``torch.compile`` is unavailable (built once per device type; called on flat tensors with dynamic sizes and
-    ``eps`` as an input, so one graph per dtype serves every place of every layer)."""
-    mode = fused_stabilizers()
-    if mode == "off" or (mode == "auto" and device_type != "cuda"):
-        return None
-    if device_type not in _FUSED:
+def _compiled(device_type: str) -> Callable | None:
+    """``torch.compile`` of :func:`_stabilized_grad` for ``device_type`` (built once; None where it failed): flat
+    tensors with dynamic sizes and ``eps`` a tensor input, so one graph per dtype serves every place, every layer and
+    every ``eps``."""
+    if device_type not in _COMPILED:
         try:
             # emulate_precision_casts: bf16 / fp16 intermediates rounded as the eager ops round them
-            _FUSED[device_type] = torch.compile(_stabilized_grad, dynamic=True, fullgraph=True,
-                                                options={"emulate_precision_casts": True})
+            _COMPILED[device_type] = torch.compile(_stabilized_grad, dynamic=True, fullgraph=True,
+                                                   options={"emulate_precision_casts": True})
         except Exception as err:  # noqa: BLE001 - no compiler backend here: the eager expression does the same
             _fused_failed(device_type, err)
-    return _FUSED.get(device_type)
+    return _COMPILED.get(device_type)
+
+
+def _fused_kernel(device: torch.device | str, dtype: torch.dtype, eps: float | None = None) -> Callable | None:
+    """The compiled kernel for ``device``'s type and ``dtype`` once it passed :func:`_check_kernel`, or None where
+    the mode leaves the backward eager, ``torch.compile`` is unavailable or the kernel disagreed with the eager
+    expression (checked once per device type and dtype, with ``eps`` among the probe's values, before the kernel
+    computes anything that is used)."""
+    device = torch.device(device)
+    mode = fused_stabilizers()
+    if mode == "off" or (mode == "auto" and device.type != "cuda"):
+        return None
+    key = (device.type, dtype)
+    if key not in _FUSED:
+        kernel = _compiled(device.type)
+        _FUSED[key] = None if kernel is None else _check_kernel(kernel, device, dtype, () if eps is None else (eps,))
+    return _FUSED[key]
 
 
 def _fused_failed(device_type: str, err: BaseException) -> None:
-    _FUSED[device_type] = None
+    _COMPILED[device_type] = None
     _log.warning("fused stabilisers unavailable on %s (%s: %s); using the eager expression", device_type,
                  type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
 
 
 @lru_cache(maxsize=None)
-def _in_dtype(eps: float, dtype: torch.dtype) -> float:
-    """``eps`` rounded to ``dtype``, as eager ``z + eps`` rounds a Python scalar before adding it; the compiled
-    kernel gets it rounded so that both add the same number."""
-    return float(torch.tensor(eps, dtype=dtype))
+def _eps_tensor(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``eps`` as a 0-dim tensor of ``dtype`` on ``device`` (rounded to the dtype once, here): what
+    :func:`_stabilized_grad` adds, eager or compiled, on any device."""
+    return torch.tensor(eps, dtype=dtype, device=device)
+
+
+def _probe(eps: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad, z)`` of ``dtype`` on ``device`` holding the inputs where a kernel can go wrong: ``z = -eps``
+    exactly, 1-4 ulps and 0.1-5 % of ``eps`` from it on both sides, values of the order of ``eps`` and far above
+    it, 0 and -0, +-tiny (the smallest normal numbers and a subnormal), NaN, +-inf, +-1 and the largest finite
+    values, each with an ordinary gradient; the first 32 ``z`` again with gradients 0, tiny and huge."""
+    info = torch.finfo(dtype)
+    cpu = torch.device("cpu")
+    minus_eps = -_eps_tensor(eps, dtype, cpu)
+    near = [minus_eps]
+    for direction in (float("inf"), float("-inf")):
+        step = minus_eps
+        for _ in range(4):
+            step = torch.nextafter(step, torch.tensor(direction, dtype=dtype))
+            near.append(step)
+    special = [0.0, -0.0, info.tiny, -info.tiny, info.tiny / 8, float("nan"), float("inf"), float("-inf"), info.max,
+               -info.max, 1.0, -1.0]
+    gen = torch.Generator().manual_seed(0)
+    relative = -eps * (1 + torch.tensor([-0.05, -0.01, -1e-3, 1e-3, 0.01, 0.05], dtype=torch.float64))
+    around = (torch.rand(512, generator=gen, dtype=torch.float64) * 8 - 4) * eps
+    far = torch.randn(256, generator=gen, dtype=torch.float64) * torch.logspace(-3, 6, 256, dtype=torch.float64) * eps
+    z = torch.cat([torch.stack(near).to(torch.float64), torch.tensor(special, dtype=torch.float64), relative, around,
+                   far]).to(dtype)
+    grad = torch.randn(z.numel(), generator=gen, dtype=torch.float64).to(dtype)
+    extra = torch.tensor([0.0, info.tiny, info.max / 4, -info.max / 4], dtype=torch.float64).to(dtype)
+    z = torch.cat([z, z[:32].repeat(len(extra))])
+    grad = torch.cat([grad, extra.repeat_interleave(32)])
+    return grad.to(device), z.to(device)
+
+
+def _disagreement(fused: torch.Tensor, eager: torch.Tensor, z: torch.Tensor) -> str | None:
+    """None when ``fused`` equals ``eager`` to rounding: NaN and +-inf at the same places, every finite element
+    within 2 ulp of the dtype (relative) plus its smallest normal number (absolute: subnormal results may be
+    flushed); else one line naming how many elements differ and the first of them."""
+    info = torch.finfo(eager.dtype)
+    f, e = fused.double(), eager.double()
+    nonfinite = ~torch.isfinite(f) | ~torch.isfinite(e)
+    same_nonfinite = (torch.isnan(f) & torch.isnan(e)) | (f == e)
+    bad = torch.where(nonfinite, ~same_nonfinite, (f - e).abs() > 2 * info.eps * e.abs() + info.tiny)
+    if not bool(bad.any()):
+        return None
+    i = int(bad.nonzero()[0, 0])
+    return (f"{int(bad.sum())} of {bad.numel()} probe elements differ, first at z={float(z.reshape(-1)[i]):.6g}: "
+            f"compiled {float(f[i]):.6g}, eager {float(e[i]):.6g}")
+
+
+def _check_kernel(kernel: Callable, device: torch.device, dtype: torch.dtype, eps: Iterable[float] = ()
+                  ) -> Callable | None:
+    """``kernel`` if it equals the eager expression to rounding on :func:`_probe` for every eps of
+    :data:`PROBE_EPS` and ``eps``, else None after one warning (a kernel that raises drops the device type:
+    :func:`_fused_failed`). Nothing the kernel computes is used before this check."""
+    try:
+        with torch.no_grad():
+            for value in dict.fromkeys((*PROBE_EPS, *eps)):
+                grad, z = _probe(value, dtype, device)
+                eps_t = _eps_tensor(value, dtype, device)
+                problem = _disagreement(kernel(grad, z, eps_t), _stabilized_grad(grad, z, eps_t), z)
+                if problem is not None:
+                    _log.warning("fused stabilisers on %s in %s differ from the eager expression (eps=%g: %s); "
+                                 "using the eager expression", device.type, str(dtype).replace("torch.", ""),
+                                 value, problem)
+                    return None
+    except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler or Triton: same numbers, eager
+        _fused_failed(device.type, err)
+        return None
+    return kernel
 
 
 def stabilized_grad(grad: torch.Tensor, z: torch.Tensor, eps: float) -> torch.Tensor:
-    """The backward of :func:`stabilize`: compiled into one kernel where :func:`fused_stabilizers` says so and ``z``
-    has at least :data:`FUSED_MIN_ELEMENTS` elements, else eager; equal to float rounding either way. A compiled
-    kernel that fails on its first call for a device and dtype is dropped for that device with one warning, and
-    the eager expression answers."""
-    kernel = _fused_kernel(z.device.type) if z.numel() >= FUSED_MIN_ELEMENTS else None
+    """The backward of :func:`stabilize`: one compiled kernel where :func:`fused_stabilizers` says so, ``z`` has at
+    least :data:`FUSED_MIN_ELEMENTS` elements and the kernel for ``z``'s device type and dtype agreed with the eager
+    expression on the probe (:func:`_check_kernel`, run once before its first use), else the eager expression;
+    equal to float rounding either way. The kernel runs only with gradients off, as in a backward pass (a graph
+    that differentiates the backward itself, ``create_graph=True``, needs the eager expression; grad mode is also
+    part of the compiled graph's guards). A kernel that fails later (other than by running out of memory, which the
+    caller handles) is dropped for its device type and dtype with one warning, and the eager expression answers."""
+    eps_t = _eps_tensor(float(eps), z.dtype, z.device)
+    kernel = None
+    if z.numel() >= FUSED_MIN_ELEMENTS and grad.dtype == z.dtype and not torch.is_grad_enabled():
+        kernel = _fused_kernel(z.device, z.dtype, float(eps))
     if kernel is None:
-        return _stabilized_grad(grad, z, eps)
-    key = (z.device.type, z.dtype)
-    eps = _in_dtype(eps, z.dtype)
-    if key in _FUSED_CHECKED:
-        return kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
-    try:  # flat: one compiled graph per dtype, whatever the rank
-        out = kernel(grad.reshape(-1), z.reshape(-1), eps).view(z.shape)
-    except Exception as err:  # noqa: BLE001 - e.g. no C++ compiler or Triton: same numbers, eager
-        _fused_failed(z.device.type, err)
-        return _stabilized_grad(grad, z, eps)
-    _FUSED_CHECKED.add(key)
-    return out
+        return _stabilized_grad(grad, z, eps_t)
+    try:  # flat and detached: one compiled graph per dtype, whatever the rank and the saved tensor's requires_grad
+        return kernel(grad.detach().reshape(-1), z.detach().reshape(-1), eps_t).view(z.shape)
+    except Exception as err:  # noqa: BLE001 - e.g. dynamo's recompile limit: same numbers, eager
+        if is_out_of_memory(err):
+            raise
+        _FUSED[(z.device.type, z.dtype)] = None
+        _log.warning("fused stabilisers on %s in %s failed (%s: %s); using the eager expression", z.device.type,
+                     str(z.dtype).replace("torch.", ""), type(err).__name__,
+                     str(err).splitlines()[0][:200] if str(err) else "")
+        return _stabilized_grad(grad, z, eps_t)
 
 
 class _Stabilize(torch.autograd.Function):
@@ -220,24 +316,40 @@ def stabilize(z: torch.Tensor, eps: float) -> torch.Tensor:
 def activation(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], rule: str) -> torch.Tensor:
     """Elementwise nonlinearity ``fn(x)`` under an LRP rule.
 
-    * ``"identity"`` (AttnLRP, Eq. 10 of the AttnLRP paper): ``R_x = R_y``; in Gradient x Input form
-      ``y = x * (f(x)/x).detach()``. Where ``x == 0`` the ratio is irrelevant (``f(0) = 0`` for SiLU/GELU) and
-      set to 0 so no NaN appears.
+    * ``"identity"`` (AttnLRP, Eq. 10 of the AttnLRP paper): ``R_x = R_y``; in Gradient x Input form the
+      gradient reaching ``x`` is the incoming one times ``f(x)/x`` (as for ``x * (f(x)/x).detach()``), while the
+      forward value is ``f(x)`` itself (:class:`_IdentityRule`). Where ``x == 0`` the ratio is irrelevant
+      (``f(0) = 0`` for SiLU/GELU) and set to 0 so no NaN appears.
     * ``"gradient"``: plain autograd (Gradient x Input).
-    * ``"constant"``: ``f(x).detach()`` -- the activation is a constant gate (CP-LRP, Ali et al. 2022); the
+    * ``"constant"``: ``f(x)`` without gradient -- the activation is a constant gate (CP-LRP, Ali et al. 2022); the
       relevance then flows entirely through the other operand of the following product.
     """
-    y = fn(x)
     if rule == "gradient":
-        return y
+        return fn(x)
     if rule == "constant":
-        return y.detach()
-    if rule == "identity":
         with torch.no_grad():
-            nonzero = x != 0
-            ratio = torch.where(nonzero, y / torch.where(nonzero, x, torch.ones_like(x)), torch.zeros_like(x))
-        return x * ratio
+            return fn(x)
+    if rule == "identity":
+        return _IdentityRule.apply(x, fn) if x.requires_grad else fn(x)
     raise ValueError(f"unknown activation rule {rule!r}; expected identity, gradient or constant")
+
+
+class _IdentityRule(torch.autograd.Function):
+    """``f(x)`` forward (no graph of ``f``); backward multiplies the gradient by ``f(x)/x``, ``at_zero`` where
+    ``x == 0`` (0 for activations with ``f(0) = 0``; soft-capping's limit 1), saved once: the identity rule in four
+    elementwise passes forward and one backward (it runs on every MLP activation, of every expert, and on every
+    soft-capped attention score)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, fn, at_zero: float = 0.0) -> torch.Tensor:  # noqa: D401
+        y = fn(x)
+        ctx.save_for_backward(torch.div(y, x).masked_fill_(x == 0, at_zero))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (ratio,) = ctx.saved_tensors
+        return grad * ratio, None, None
 
 
 def product(*operands: torch.Tensor, rule: str) -> torch.Tensor:
@@ -316,22 +428,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return y
 
 
-class _SoftcapIdentity(torch.autograd.Function):
-    """``cap * tanh(x / cap)`` forward; backward multiplies the gradient by ``y / x`` (the identity rule), whose
-    limit at ``x = 0`` is 1. One saved tensor and a few elementwise passes: it runs on every attention score."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, cap: float) -> torch.Tensor:  # noqa: D401
-        y = torch.tanh(x / cap) * cap
-        ctx.save_for_backward(torch.div(y, x).masked_fill_(x == 0, 1.0))
-        return y
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (ratio,) = ctx.saved_tensors
-        return grad * ratio, None
-
-
 def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
     """Soft-capping ``cap * tanh(x / cap)`` (Gemma 2: attention scores before the softmax, final logits), an
     elementwise nonlinearity.
@@ -341,11 +437,16 @@ def softcap(x: torch.Tensor, cap: float, rule: str) -> torch.Tensor:
     1 at ``x = 0``); ``"gradient"``: plain autograd (Gradient x Input). ``"constant"`` is not offered: a constant cap
     would stop all relevance at the logits.
     """
+    capped = partial(_capped, cap=float(cap))
     if rule == "gradient":
-        return torch.tanh(x / cap) * cap
+        return capped(x)
     if rule != "identity":
         raise ValueError(f"unknown soft-capping rule {rule!r}; expected identity or gradient")
-    return _SoftcapIdentity.apply(x, float(cap)) if x.requires_grad else torch.tanh(x / cap) * cap
+    return _IdentityRule.apply(x, capped, 1.0) if x.requires_grad else capped(x)
+
+
+def _capped(x: torch.Tensor, cap: float) -> torch.Tensor:
+    return torch.tanh(x / cap) * cap
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -442,6 +543,8 @@ class AttentionRecorder:
         self.heads: list[HeadsRecord] = []
         self.residuals: list[ResidualRecord] = []
         self.norms: list[NormRecord] = []
+        #: per mixture-of-experts router call, ``(logits [B, T, E], gates [B, T, k])`` (:func:`router_gates`)
+        self.routers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._nodes: dict[int, tuple[str, int, weakref.ref]] = {}  # id -> (kind, index, the tensor, weakly)
         self._projection: tuple[int, torch.Tensor] | None = None    # the last output projection, until summed
 
@@ -463,6 +566,13 @@ class AttentionRecorder:
             scores.retain_grad()
             weights.retain_grad()
         self.records.append((scores, weights, valid))
+
+    def add_router(self, logits: torch.Tensor, gates: torch.Tensor) -> None:
+        """A mixture-of-experts router's logits and the gate values it handed on (:func:`router_gates`)."""
+        for t in (logits, gates):
+            if t.requires_grad:
+                t.retain_grad()
+        self.routers.append((logits, gates))
 
     def add_projection(self, projection: Callable[[torch.Tensor], torch.Tensor], output: torch.Tensor) -> None:
         """Trace: the output projection of the latest attention call and its output."""
@@ -494,14 +604,17 @@ class AttentionRecorder:
         self._nodes[id(y)] = ("norm", index, weakref.ref(y))  # weakly: the output keeps its norm's graph
 
     def absorbed(self) -> torch.Tensor:
-        """Per-sample relevance absorbed by all softmax rules, shape ``[B]``."""
+        """Per-sample relevance absorbed by all softmax rules (attention and mixture-of-experts routers), shape
+        ``[B]``."""
         total = None
-        for scores, weights, valid in self.records:
+        parts = [(scores, weights, valid) for scores, weights, valid in self.records]
+        parts += [(logits, gates, None) for logits, gates in self.routers]
+        for scores, weights, valid in parts:
             r_in = weights.double() * _grad_or_zero(weights).double()
             r_out = scores.double() * _grad_or_zero(scores).double()
             if valid is not None:
                 r_out = torch.where(valid, r_out, torch.zeros_like(r_out))
-            part = (r_in - r_out).flatten(1).sum(1)
+            part = r_in.flatten(1).sum(1) - r_out.flatten(1).sum(1)
             total = part if total is None else total + part
         return total
 
@@ -575,6 +688,12 @@ def attention_hooks(*, recorder: AttentionRecorder | None = None, key_scale: tor
         yield hooks
     finally:
         _HOOKS.reset(token)
+
+
+def attention_hooks_installed() -> bool:
+    """Whether :func:`attention_hooks` are active here (a recorder, key scaling): forwards that must not be
+    recomputed in the backward (:func:`palrp_bench.lrp.recompute.layer`)."""
+    return _HOOKS.get() is not None
 
 
 class _OnesBias(torch.autograd.Function):
@@ -783,6 +902,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
     return stabilize(torch.matmul(ws, vs), av_eps)
+
+
+def router_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision a mixture-of-experts router computes its logits (where the family casts them), scores and gate
+    values in: ``max(dtype, float32)``. transformers uses float32 for every model dtype, so in bfloat16 and float32
+    the twin's router is the library's; a float64 model keeps float64 here (as the norm statistics do)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+ROUTER_RULES = ("gradient", "constant")
+
+
+def router_gates(gates: torch.Tensor, logits: torch.Tensor, rule: str,
+                 recorder: "AttentionRecorder | None" = None) -> torch.Tensor:
+    """The gate values ``[B, T, k]`` a mixture-of-experts router hands its ``k`` chosen experts, under ``rule``
+    (docs/engine.md, "Mixture of experts"). ``gates`` is the family's routing function of the router ``logits``
+    ``[B, T, E]`` (softmax or sigmoid, gathered at the top-k choice, renormalised, scaled); the choice itself is an
+    index, a constant under every rule.
+
+    * ``"gradient"``: the routing function keeps its gradient. For a softmax router this IS AttnLRP's softmax rule
+      (Prop. 3.1, ``R_z = z * grad`` of the true softmax): the renormalised top-k gates are the softmax of the chosen
+      logits alone, the plain ones the full softmax read at the chosen entries; a sigmoid gate is the softmax of
+      ``(z, 0)``; a renormalisation of sigmoid scores is the same normalisation as a softmax's. The product of a
+      gate with its expert's output then takes the composite's product rule (uniform: half of the relevance to the
+      gate, which passes it on to the logits and, through the router's linear map, to the stream).
+    * ``"constant"``: the gates are detached (CP-LRP: gates are constants, all relevance flows through the experts).
+
+    The router absorbs what enters its gates minus what leaves its logits, ``sum(g * grad_g) - sum(z * grad_z)``
+    (the softmax rule keeps the difference; 0 under ``constant``): a recorder (``recorder``, else the one of the
+    active :func:`attention_hooks` unless it traces) books it (:meth:`AttentionRecorder.absorbed`)."""
+    if rule not in ROUTER_RULES:
+        raise ValueError(f"unknown router rule {rule!r}; expected one of {', '.join(ROUTER_RULES)}")
+    out = gates.detach() if rule == "constant" else gates
+    if recorder is None:
+        hooks = _HOOKS.get()
+        recorder = None if hooks is None or hooks.recorder is None or hooks.recorder.trace else hooks.recorder
+    if recorder is not None and not recorder.trace:
+        recorder.add_router(logits, out)
+    return out
 
 
 def softmax_weights(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

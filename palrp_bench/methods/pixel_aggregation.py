@@ -21,7 +21,8 @@ import torch
 from ..errors import BadInputError
 from .registry import Method
 
-__all__ = ["VISION_AGGREGATIONS", "paint_patches", "check_vision_method", "signed_pixel_map", "aggregate_pixels"]
+__all__ = ["VISION_AGGREGATIONS", "paint_patches", "check_vision_method", "patch_positional", "signed_pixel_map",
+           "aggregate_pixels"]
 
 #: Aggregations defined for vision transformers.
 VISION_AGGREGATIONS = ("official",)
@@ -58,6 +59,15 @@ def check_vision_method(method: Method, aggregation: str) -> None:
                             "register the method with use_semantic and/or use_positional")
 
 
+def patch_positional(method: Method, positional: torch.Tensor) -> torch.Tensor:
+    """The per-patch positional term ``[B, Hp, Wp]`` that ``method`` adds to the semantic pixel map (before painting):
+    a single sink as it is, per-sink components ``[B, S, C, Hp, Wp]`` reduced as the token aggregation does
+    (``sum |.|``, signed for ``pa_lrp_no_multisink``; module docstring)."""
+    if positional.dim() == 5:
+        return (positional.abs() if method.positional_abs else positional).sum((1, 2))
+    return positional
+
+
 def signed_pixel_map(method: Method, aggregation: str, *, semantic: torch.Tensor, positional: torch.Tensor,
                      patch_size: tuple[int, int]) -> torch.Tensor:
     """The ``[B, H, W]`` map of ``method`` before the final ReLU, from the signed semantic pixel map ``[B, H, W]`` and
@@ -66,8 +76,7 @@ def signed_pixel_map(method: Method, aggregation: str, *, semantic: torch.Tensor
     (multi-sink) or signed (``pa_lrp_no_multisink``) -- module docstring. Protocols that order pixels by signed
     relevance (the AttnLRP paper's least-relevant-first curves) read this."""
     check_vision_method(method, aggregation)
-    if positional.dim() == 5:
-        positional = (positional.abs() if method.positional_abs else positional).sum((1, 2))
+    positional = patch_positional(method, positional)
     total = torch.zeros_like(semantic)
     if method.use_semantic:
         total = total + semantic

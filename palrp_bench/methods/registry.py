@@ -187,7 +187,7 @@ register_method(Method(
     source="Chefer et al. 2021a; AttnLRP paper appendix A.1.4"))
 register_method(Method(
     "grad_cam", "Grad-CAM for transformers: last attention map of the explained token weighted by its mean gradient",
-    attributor="grad_cam", paper_row="GradCAM", params={"relu": False},
+    attributor="grad_cam", paper_row="GradCAM", params={"relu": None},
     source="Chefer et al. 2021b (their GradCAM baseline); AttnLRP paper Sec. 4.1.1"))
 register_method(Method(
     "atman", "AtMan: one token at a time suppressed in the pre-softmax attention scores of every layer",

@@ -58,6 +58,23 @@ def _max_normalise(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.where(m > 0, x / torch.where(m > 0, m, torch.ones_like(m)), x)
 
 
+def token_terms(method: Method, aggregation: str, *, semantic: torch.Tensor, semantic_relu: torch.Tensor,
+                positional: torch.Tensor, positional_relu: torch.Tensor, positional_shared_relu: torch.Tensor,
+                multi_sink: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-token ``(semantic term, positional term)`` ``[B, T]`` that ``aggregation`` combines into the scores
+    of ``method`` (module docstring): official ``sem[i]`` (signed) and ``pos[i]`` (``sum |.|`` over the per-layer
+    sinks of a multi-sink kind, signed for a single sink or the multi-sink ablation); eq11 the ReLU sums. Inputs as
+    :func:`aggregate_tokens`. Reports show them side by side with the scores (``Explanation.extras``)."""
+    if aggregation == "official":
+        if method.positional_abs and multi_sink:
+            return semantic, positional.abs().sum(dim=(1, 2))
+        return semantic, positional.sum(dim=(1, 2))
+    if aggregation == "eq11":
+        pos = positional_relu.sum(dim=(1, 2)) if method.positional_abs else positional_shared_relu.sum(dim=1)
+        return semantic_relu, pos
+    raise BadInputError(f"unknown aggregation {aggregation!r}", f"use one of: {', '.join(AGGREGATIONS)}")
+
+
 def aggregate_tokens(method: Method, aggregation: str, *, semantic: torch.Tensor, semantic_relu: torch.Tensor,
                      positional: torch.Tensor, positional_relu: torch.Tensor,
                      positional_shared_relu: torch.Tensor, valid: torch.Tensor, multi_sink: bool = True,
@@ -71,34 +88,27 @@ def aggregate_tokens(method: Method, aggregation: str, *, semantic: torch.Tensor
     has one sink per layer; with a single sink (learned PE, as for DeiT) there is nothing for ``|.|`` to keep
     apart and the positional term enters signed (paper Eq. 5). ``full_embeddings``: the semantic term is the full
     embedding's relevance, the token's plus its learned position's (module docstring; only for a single sink).
+    The two terms are :func:`token_terms`.
     """
     if full_embeddings and multi_sink:
         raise ValueError("full embeddings are defined for a single learned position sink")
+    sem, pos = token_terms(method, aggregation, semantic=semantic, semantic_relu=semantic_relu,
+                           positional=positional, positional_relu=positional_relu,
+                           positional_shared_relu=positional_shared_relu, multi_sink=multi_sink)
+    if full_embeddings:
+        sem = sem + pos
     if aggregation == "official":
-        sem = semantic
-        if method.positional_abs and multi_sink:
-            pos = positional.abs().sum(dim=(1, 2))
-        else:
-            pos = positional.sum(dim=(1, 2))
-        if full_embeddings:
-            sem = sem + pos
         if method.use_semantic and not method.use_positional:
             scores = sem
         elif method.use_positional and not method.use_semantic:
             scores = _max_normalise(pos, valid)
         else:
             scores = _max_normalise(sem + pos, valid)
-    elif aggregation == "eq11":
-        sem = semantic_relu
-        pos = positional_relu.sum(dim=(1, 2)) if method.positional_abs else positional_shared_relu.sum(dim=1)
-        if full_embeddings:
-            sem = sem + pos
+    else:  # eq11 (token_terms refused any other name)
         total = torch.zeros_like(sem)
         if method.use_semantic:
             total = total + sem
         if method.use_positional:
             total = total + pos
         scores = _max_normalise(total, valid)
-    else:
-        raise BadInputError(f"unknown aggregation {aggregation!r}", f"use one of: {', '.join(AGGREGATIONS)}")
     return torch.where(valid, scores, torch.zeros_like(scores))

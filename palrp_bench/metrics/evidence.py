@@ -26,16 +26,22 @@ Definitions (paper section 4.2; ``n`` = valid tokens of the row, ``E`` = its evi
 * **PTA** (:func:`per_token_accuracy`): the share of valid tokens classified right by the sign of their score,
   ``mean_valid [(s > 0) == evidence]`` (evidence should be strictly positive, the rest zero or negative). For
   scores that are positive everywhere it is the evidence share ``|E| / n``.
-* **IoU** (:func:`positive_iou`; the AttnLRP paper's SQuAD v2 plausibility, its section 4.1, not the
-  decomposition paper's): ``|P ∩ E| / |P ∪ E|`` with ``P`` the valid tokens scoring > 0; rows ``iou`` with the
-  evaluation mask as variant (``default`` = the context), table number the plain sample mean in [0, 1] as the
-  AttnLRP paper prints it. The segmentation mIoU (metrics/segmentation.py) is another quantity: pixel counts pooled
-  over images, background and foreground averaged.
+* **IoU** (the AttnLRP paper's SQuAD v2 plausibility, its section 4.1, not the decomposition paper's):
+  ``|P ∩ E| / |P ∪ E|`` over the valid tokens (the context), in two readings, the row variant naming which
+  (:data:`IOU_VARIANTS`): ``positive`` (:func:`positive_iou`), ``P`` the tokens scoring > 0; ``top_answer``
+  (:func:`top_answer_iou`), ``P`` the ``|E|`` highest-scoring tokens (scale-free: any positive rescaling or shift of
+  the scores keeps it). The paper's sentence ("the IoU between the positive attribution values and the ground
+  truth mask") fixes neither the threshold nor the set size, and ``> 0`` cannot give its 0.840 / 0.531 for signed
+  AttnLRP maps and rollouts positive on every token: the published values are not comparable with either reading
+  (:data:`IOU_NOTE`). Table number the plain sample mean in [0, 1] as the AttnLRP paper prints it. The segmentation
+  mIoU (metrics/segmentation.py) is another quantity: pixel counts pooled over images, background and foreground
+  averaged.
 
 Ties (PG and MRR only; ``ties=``):
 
-* ``official``: as the code of Ferrando et al. (2023) that the paper uses. PG takes the *first* arg-max (lowest
-  position among the valid tokens). MRR ranks with ``scipy.stats.rankdata(s, method="dense")``: the rank of a
+* ``official``: MRR as the code of Ferrando et al. (2023) that the paper uses; that code has no pointing game, so
+  PG's rule is this project's choice: the *first* arg-max (lowest position among the valid tokens, what
+  ``argmax`` returns). MRR ranks with ``scipy.stats.rankdata(s, method="dense")``: the rank of a
   token is ``n - dense_ascending_rank + 1``. Every tie at or below the best evidence score lowers it, not only
   ties at the top: with ``d_below`` distinct values among the ``below`` tokens scoring less than the best evidence
   token, ``above`` tokens scoring more and ``m`` tied with it, the rank is ``above + m + (below - d_below)``, the
@@ -89,7 +95,8 @@ from .registry import MetricSource, MetricSpec, register_metric, sample_mean
 
 __all__ = ["TIES", "EVALUATION_MASKS", "CORRECTED_TIES_SUFFIX", "EVIDENCE_METRICS", "TIED_TOKEN_SHARE",
            "pointing_game", "mrr", "relevance_mass_accuracy", "per_token_accuracy", "tied_token_share",
-           "tie_variant", "evidence_rows", "percent_mean", "positive_iou", "IOU_METRIC"]
+           "tie_variant", "evidence_rows", "percent_mean", "positive_iou", "top_answer_iou", "IOU_METRIC",
+           "IOU_VARIANTS", "IOU_NOTE"]
 
 #: the tie rules of PG and MRR (module docstring)
 TIES: tuple[str, ...] = ("official", "corrected")
@@ -100,8 +107,13 @@ CORRECTED_TIES_SUFFIX = "_corrected_ties"
 #: the table metrics of the paper's Table 1, in its column order
 EVIDENCE_METRICS: tuple[str, ...] = ("pg", "mrr", "rma", "pta")
 TIED_TOKEN_SHARE = "tied_token_share"
-#: the AttnLRP paper's plausibility metric on SQuAD v2 (:func:`positive_iou`)
+#: the AttnLRP paper's plausibility metric on SQuAD v2 (:func:`positive_iou`, :func:`top_answer_iou`)
 IOU_METRIC = "iou"
+#: the readings of the IoU, as row variants: which tokens count as attributed (module docstring)
+IOU_VARIANTS: tuple[str, ...] = ("positive", "top_answer")
+#: written into the ``note`` column of every ``iou`` table number (and shown as a footnote by the report)
+IOU_NOTE = ("the AttnLRP paper does not define which tokens its IoU counts as attributed; its published IoU is not "
+            "comparable with iou:positive (score > 0) or iou:top_answer (the |answer| highest scores)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -180,7 +192,8 @@ def _sorted_valid(s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch
 def pointing_game(scores, evidence, valid, ties: str = "official") -> torch.Tensor:
     """Pointing game per sample, float64 ``[B]`` (paper section 4.2: 1 if the top token is evidence).
 
-    ``ties="official"``: the first arg-max among the valid tokens decides (0 or 1). ``ties="corrected"``: the
+    ``ties="official"``: the first arg-max among the valid tokens decides (0 or 1; our rule: Ferrando et al.'s code,
+    which the published MRR follows, has no pointing game). ``ties="corrected"``: the
     expectation over random orders of the tokens tied at the maximum, i.e. the share of evidence tokens among them.
     Module docstring for the arguments and the NaN rule.
     """
@@ -269,6 +282,26 @@ def positive_iou(scores, evidence, valid) -> torch.Tensor:
     return _nan_where_nonfinite(out, finite)
 
 
+def top_answer_iou(scores, evidence, valid) -> torch.Tensor:
+    """Intersection over union of the ``|E|`` highest-scoring valid tokens and the evidence ``E`` per sample,
+    float64 ``[B]`` in [0, 1] (the scale-free reading of the AttnLRP paper's IoU, module docstring):
+    ``|T ∩ E| / |T ∪ E| = o / (2 |E| - o)``, ``o = |T ∩ E|``. Ties at the ``|E|``-th score are broken towards the
+    lower position (the first-arg-max rule of :func:`pointing_game`, a choice of this project). 0 for a row without
+    evidence."""
+    s, v, e, finite = _prepare(scores, valid, evidence)
+    k = e.sum(dim=1)
+    positions = torch.arange(s.shape[1], device=s.device).expand_as(s)
+    # descending score, lower position first among equal scores; invalid tokens last
+    order = torch.argsort(torch.where(v, s, torch.full_like(s, -float("inf"))), dim=1, descending=True, stable=True)
+    rank = torch.empty_like(positions)
+    rank.scatter_(1, order, positions)
+    top = v & (rank < k[:, None])
+    overlap = (top & e).sum(dim=1).to(torch.float64)
+    size = k.to(torch.float64)
+    out = torch.where(size > 0, overlap / (2 * size - overlap).clamp(min=1.0), torch.zeros_like(size))
+    return _nan_where_nonfinite(out, finite)
+
+
 def tied_token_share(scores, valid) -> torch.Tensor:
     """Share of the valid tokens whose score equals the score of another valid token (tie groups of size >= 2) per
     sample, float64 ``[B]`` in [0, 1]: what the tie rules of :func:`pointing_game` and :func:`mrr` can touch.
@@ -325,7 +358,7 @@ def _variants(with_ties: bool) -> tuple[str, ...]:
 
 
 _CONVENTION = "100 x the sample mean of the per-sample value in [0, 1]"
-_TIES_NOTE = ("; variant <mask> ties as the official code (first arg-max / dense ranks), "
+_TIES_NOTE = ("; variant <mask> ties by the first arg-max (PG, our rule) / dense ranks (MRR, the official code), "
               "<mask>_corrected_ties the exact expectation over random orders of tied tokens")
 for _name, _description, _ties in (
         ("pg", "pointing game: the top-scoring evaluated token is evidence", True),
@@ -337,9 +370,10 @@ for _name, _description, _ties in (
                                _description + " (decomposition-attribution paper section 4.2)", "4.2", "%",
                                _variants(_ties), (MetricSource((_name,)),), percent_mean))
 register_metric(MetricSpec(IOU_METRIC, True, "sample mean of the per-sample IoU in [0, 1] (the paper's scale)",
-                           "IoU of the positively attributed tokens with the answer span, correctly answered "
-                           "questions only (AttnLRP paper section 4.1)", "4.1", "", EVALUATION_MASKS,
-                           (MetricSource((IOU_METRIC,)),), sample_mean))
+                           "IoU of the attributed context tokens with the answer span, correctly answered answerable "
+                           "questions only (AttnLRP paper section 4.1); variant positive: tokens scoring > 0, "
+                           "top_answer: the |answer| highest-scoring tokens", "4.1", "", IOU_VARIANTS,
+                           (MetricSource((IOU_METRIC,)),), sample_mean, note=IOU_NOTE))
 register_metric(MetricSpec(TIED_TOKEN_SHARE, None, _CONVENTION,
                            "share of evaluated tokens whose score ties with another evaluated token (what the tie "
                            "rules of pg and mrr can change), per evaluation mask", "4.2", "%", EVALUATION_MASKS,

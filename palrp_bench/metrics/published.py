@@ -9,12 +9,16 @@ finds them.
 variant, metric) and the difference to it (:data:`palrp_bench.rundir.PAPER_COLUMNS`). A reproduced task is compared
 with its ``paper_task`` (``mcqa_noncausal`` with ``mcqa``).
 
-Published rows meet a run's rows by name only: no model, task or method of a published table has to be a
+A model that is named after a shipped config but is not the paper's checkpoint of it (another ``model.source``:
+palrp_bench/runner/model_identity.py) gets no published number; the note says why.
+
+Published rows meet a run's rows by name otherwise: no model, task or method of a published table has to be a
 registered config or method (a table may name what the harness does not ship), and a
 metric only needs the registry for its direction when the CSV leaves ``higher_is_better`` empty.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -80,9 +84,14 @@ def published_numbers(published: pd.DataFrame) -> pd.DataFrame:
                        published=("value", "first")).reset_index()
 
 
-def attach_published(metrics: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+def attach_published(metrics: pd.DataFrame, published: pd.DataFrame,
+                     withheld: Mapping[tuple[str, str], str] | None = None) -> pd.DataFrame:
     """``metrics`` (a ``metrics.csv`` frame) with :data:`~palrp_bench.rundir.PAPER_COLUMNS`: the tables the number
-    appears in, the published value and ``value - published`` (empty / NaN where the paper has no such number)."""
+    appears in, the published value and ``value - published`` (empty / NaN where the paper has no such number).
+
+    ``withheld``: ``{(run, model): reason}`` of models that are not the paper's checkpoint of the config they are
+    named after (:func:`palrp_bench.rundir.published_withheld`): their rows get no published number, and the note
+    says why ("no published number: <reason>")."""
     out = metrics.drop(columns=[c for c in PAPER_COLUMNS if c in metrics.columns])
     if out.empty:
         return out.assign(**{c: pd.Series(dtype=object if c == "paper_table" else float) for c in PAPER_COLUMNS})
@@ -93,6 +102,18 @@ def attach_published(metrics: pd.DataFrame, published: pd.DataFrame) -> pd.DataF
     joined = keys.merge(published_numbers(published), on=PUBLISHED_KEY, how="left")
     out["paper_table"] = joined["paper_table"].fillna("").to_numpy()
     out["published"] = joined["published"].astype(float).to_numpy()
+    if withheld:
+        reasons = [withheld.get((str(r), str(m))) for r, m in zip(out["run"], out["model"])]
+        hit = np.array([reason is not None for reason in reasons]) & np.isfinite(out["published"].to_numpy())
+        if hit.any():
+            notes = out["note"].astype(object).where(out["note"].notna(), "").astype(str).to_numpy(copy=True)
+            for i in np.flatnonzero(hit):
+                text = f"no published number: {reasons[i]}"
+                if text not in notes[i]:  # idempotent: a report re-attaches to metrics.csv rows
+                    notes[i] = f"{notes[i]}; {text}" if notes[i] else text
+            out["note"] = notes
+            out.loc[hit, "paper_table"] = ""
+            out.loc[hit, "published"] = np.nan
     out["difference"] = out["value"].astype(float).to_numpy() - out["published"].to_numpy()
     out.loc[~np.isfinite(out["difference"]), "difference"] = np.nan
     return out

@@ -54,7 +54,10 @@ class MetricSpec:
     """One table metric: ``name`` (as in result rows), ``higher_is_better`` (bool, per-variant mapping or None),
     ``convention`` (how the number is computed and scaled), ``description``, ``section`` (docs/protocol.md section,
     see docs/evaluation.md), ``unit``, ``variants``; ``sources`` and ``compute`` (module docstring): ``curve``
-    metrics take the steps of one input as components, pooled metrics one component per scalar input."""
+    metrics take the steps of one input as components, pooled metrics one component per scalar input; ``note``: a
+    caveat written into the ``note`` column of every table number of the metric (e.g. that a published value is not
+    comparable); ``undefined`` the reason a NaN of ``compute`` is no missing number but a quantity without a
+    value."""
 
     name: str
     higher_is_better: bool | Mapping[str, bool] | None
@@ -66,6 +69,10 @@ class MetricSpec:
     sources: tuple[MetricSource, ...] = field(default=())
     compute: Callable[[np.ndarray], np.ndarray] | None = None
     curve: bool = False
+    note: str = ""
+    #: why ``compute`` can be NaN on usable samples (a quantity with no value there, e.g. a share whose parts have
+    #: opposite signs): the ``note`` of such a ``metrics.csv`` row, which reports print as "undefined"
+    undefined: str = ""
 
 
 METRICS: dict[str, MetricSpec] = {}

@@ -21,6 +21,15 @@ two parts), so the definition below is ours, chosen to follow the words "sum of 
   ``["cls_positional"]``) to include them in ``S`` and ``P``.
 * Dataset number: :func:`pooled_positional_share` (ratio of the summed totals, "sum of relevance" over the
   dataset) or the mean of the per-image shares; report which.
+* **Undefined** (the table number, :func:`pooled_positional_share`): a share of a whole exists only when its
+  parts add up to that whole, i.e. when the summed ``S`` and ``P`` do not have opposite signs and ``S + P != 0``;
+  it then lies in [0, 100]. Otherwise the number is NaN and ``metrics.csv`` says "undefined" with the reason
+  (:data:`UNDEFINED_SHARE`). The LRP rows of a ViT put relevance of one sign on both parts (DeiT, the tiny ViT),
+  so their numbers are unchanged and stay comparable with the paper's; plain Gradient x Input is not conservative
+  and its semantic and positional sums nearly cancel (on the tiny ViT ``S = -0.4304``, ``P = 0.4306`` summed over
+  16 images), where ``P / (S + P)`` would print -97048 %, a number no reader can interpret. Absolute sums
+  (``use_abs=True``) would always be defined but would count negative relevance as positive and so change the
+  DeiT numbers; they stay an option of the per-image function, not the table's definition.
 * **Reading B** (the figure caption): ratio of the summed final maps, ``100 * sum(PE-only map) /
   sum(Ours map)`` with the ReLU'd maps of docs/protocol.md section 1: :func:`map_share`.
 """
@@ -33,7 +42,7 @@ from ..errors import BadInputError
 from .registry import MetricSource, MetricSpec, register_metric
 
 __all__ = ["relevance_totals", "positional_share", "pooled_positional_share", "map_share",
-           "positional_share_of_explanation"]
+           "positional_share_of_explanation", "UNDEFINED_SHARE"]
 
 
 def _total(x, name: str, use_abs: bool) -> torch.Tensor:
@@ -84,19 +93,26 @@ def positional_share(semantic_total, positional_total, cls_terms=None, use_abs: 
     return 100.0 * p / (s + p)
 
 
+#: why a pooled share is NaN (the ``note`` of its ``metrics.csv`` row; module docstring, "Undefined")
+UNDEFINED_SHARE = ("undefined: the summed semantic and positional relevance have opposite signs or add up to 0, "
+                   "so neither is a share of their total")
+
+
 def pooled_positional_share(semantic_totals, positional_totals) -> np.ndarray | float:
     """Dataset share, percent: ``100 * sum_i P_i / sum_i (S_i + P_i)`` from per-image totals ``[..., n]``
-    (e.g. :func:`relevance_totals` collected over all batches); vectorised over leading axes. NaN when the summed
-    total relevance is 0."""
+    (e.g. :func:`relevance_totals` collected over all batches); vectorised over leading axes. NaN (undefined, module
+    docstring) when the summed ``S`` and ``P`` have opposite signs or the summed total relevance is 0, so a defined
+    share is always in [0, 100]."""
     s = np.asarray(semantic_totals, dtype=np.float64)
     p = np.asarray(positional_totals, dtype=np.float64)
     if s.size == 0 or s.shape != p.shape:
         raise BadInputError(f"got {s.size} semantic and {p.size} positional totals",
                             "pass one (S, P) pair per image, at least one")
-    ps = p.sum(axis=-1)
-    total = s.sum(axis=-1) + ps
+    ps, ss = p.sum(axis=-1), s.sum(axis=-1)
+    total = ss + ps
+    defined = (total != 0) & (ss * ps >= 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(total != 0, 100.0 * ps / np.where(total != 0, total, 1.0), np.nan)
+        share = np.where(defined, 100.0 * ps / np.where(defined, total, 1.0), np.nan)
     return float(share) if np.ndim(share) == 0 else share
 
 
@@ -132,7 +148,8 @@ def positional_share_of_explanation(explanation, include_cls: bool = False, use_
 register_metric(MetricSpec(
     "positional_share_percent", None, "100 * P / (S + P) of signed relevance sums, pooled over images",
     "share of the input relevance absorbed by the positional encoding (Appendix F); variant with_cls adds the CLS "
-    "terms the official aggregation drops", "6", "%", ("all", "with_cls"),
+    "terms the official aggregation drops; undefined where the two sums have opposite signs", "6", "%",
+    ("all", "with_cls"),
     (MetricSource(("relevance_semantic", "relevance_positional"), "all", "all"),
      MetricSource(("relevance_semantic_with_cls", "relevance_positional_with_cls"), "with_cls", "all")),
-    lambda c: pooled_positional_share(c[..., 0], c[..., 1])))
+    lambda c: pooled_positional_share(c[..., 0], c[..., 1]), undefined=UNDEFINED_SHARE))

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from .heads import AUTO_CLASSES
 
-__all__ = ["Architecture", "hf_architecture", "vit_architecture", "timm_architecture", "torchvision_architecture",
+__all__ = ["Architecture", "moe_parameters", "hf_architecture", "vit_architecture", "timm_architecture", "torchvision_architecture",
            "timm_skeleton", "torchvision_skeleton"]
 
 
@@ -36,6 +36,9 @@ class Architecture:
     #: an encoder-decoder's decoder blocks (the fields above are then its encoder's)
     decoder_params: int = 0
     decoder_layers: int = 0
+    #: parameters of the body that a token is not multiplied with (the routed experts it is not sent to; 0 for
+    #: dense models): time counts ``body_params - inactive_params``, memory every parameter
+    inactive_params: int = 0
 
 
 def _blocks(module):
@@ -52,6 +55,27 @@ def _linear_params(modules) -> int:
 
     return sum(p.numel() for block in modules for m in block.modules()
                if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D" for p in m.parameters(recurse=False))
+
+
+def moe_parameters(blocks, config, hidden: int) -> tuple[int, int]:
+    """``(inactive, width)`` of a mixture-of-experts body: the parameters of the routed experts a token is not sent
+    to (each sparse block's fused experts, 3-D tensors with one row per expert, times ``1 - k / E`` with ``k =
+    config.num_experts_per_tok``), and the widest MLP a token passes through in one block (its ``k`` experts, a
+    shared expert and the router, in gated-MLP widths: active parameters / (3 x hidden)), the activation width the
+    memory estimate needs instead of one expert's ``intermediate_size``. ``(0, 0)`` for dense models."""
+    k = int(getattr(config, "num_experts_per_tok", None) or 0)
+    inactive, width = 0.0, 0
+    if not k:
+        return 0, 0
+    for block in (m for layer in blocks for m in layer.modules()):
+        experts = [m for m in block.children() if any(p.dim() == 3 for p in m.parameters(recurse=False))]
+        if not experts:
+            continue
+        n_experts = max(p.shape[0] for e in experts for p in e.parameters(recurse=False) if p.dim() == 3)
+        unused = sum(p.numel() for e in experts for p in e.parameters()) * (1 - k / n_experts)
+        inactive += unused
+        width = max(width, round((sum(p.numel() for p in block.parameters()) - unused) / (3 * hidden)))
+    return int(inactive), width
 
 
 @lru_cache(maxsize=64)
@@ -77,12 +101,14 @@ def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Archite
                             int(getattr(config, "d_ff", None) or 4 * hidden), heads, width, None, source,
                             decoder_params=sum(p.numel() for p in decoder.parameters()), decoder_layers=len(decoder))
     blocks = _blocks(model)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    # multi-head latent attention's queries and keys are wider than its rotary head_dim (qk_head_dim)
+    head_dim = int(getattr(config, "qk_head_dim", None) or getattr(config, "head_dim", None) or hidden // heads)
     ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None)
               or getattr(config, "n_inner", None) or 4 * hidden)
+    inactive, moe_width = moe_parameters(blocks, config, hidden)
     return Architecture("decoder", sum(p.numel() for p in model.parameters()),
                         sum(p.numel() for p in blocks.parameters()), _linear_params(blocks), len(blocks), hidden,
-                        ffn, heads, heads * head_dim, None, source)
+                        max(ffn, moe_width), heads, heads * head_dim, None, source, inactive_params=inactive)
 
 
 def hf_architecture(config: dict, kind: str, source: str = "") -> Architecture:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
 from ..lrp.positional import LearnedAbsolute, PositionalRelevance
@@ -84,9 +84,10 @@ class EncoderTwin(TextTwin):
 
     def forward(self, inputs: TextInputs, explained_index: torch.Tensor, composite: Composite, *,
                 positional_sinks: bool = True, causal: bool = False, attention: str = "sdpa", recorder=None,
-                return_all_logits: bool = False) -> TextForward:
+                return_all_logits: bool = False, checkpoint: str = "none") -> TextForward:
         """One LRP-aware forward from the three embedding leaves to the logits at ``explained_index``. An encoder
-        is bidirectional: ``causal`` is ignored (the task default ``causal=True`` concerns decoders only)."""
+        is bidirectional: ``causal`` is ignored (the task default ``causal=True`` concerns decoders only).
+        ``checkpoint="layers"``: each block recomputed in the backward (:mod:`palrp_bench.lrp.recompute`)."""
         ids, mask = inputs.input_ids, inputs.mask
         b = ids.shape[0]
         types = inputs.token_type_ids if inputs.token_type_ids is not None else torch.zeros_like(ids)
@@ -96,7 +97,8 @@ class EncoderTwin(TextTwin):
         x = self.norm(self.embed_norm, embeds + token_type + pos, composite)
         attn_mask = key_padding_mask(mask)
         for layer in self.layers:
-            x = self.block(layer, x, attn_mask, composite, attention, recorder)
+            x = recompute.layer(self.block, layer, x, attn_mask, composite, attention, recorder, checkpoint=checkpoint,
+                                recorder=recorder)
         hidden = x[torch.arange(b, device=x.device), explained_index]
         logits = self.head_logits(hidden, composite)
         all_logits = self.head_logits(x, composite) if return_all_logits else None
@@ -113,9 +115,12 @@ class EncoderTwin(TextTwin):
         out = layer.attention.output
         x = self.norm(out.LayerNorm, rules.residual(x, rules.output_projection(o.transpose(1, 2).reshape(b, t, -1),
                                                                                out.dense)), composite)
-        h = rules.activation(layer.intermediate.dense(x), layer.intermediate.intermediate_act_fn,
-                             composite.ungated_activation)
-        return self.norm(layer.output.LayerNorm, rules.residual(x, layer.output.dense(h)), composite)
+
+        def tail(x):  # position-wise (recompute.tokenwise)
+            h = rules.activation(layer.intermediate.dense(x), layer.intermediate.intermediate_act_fn,
+                                 composite.ungated_activation)
+            return self.norm(layer.output.LayerNorm, rules.residual(x, layer.output.dense(h)), composite)
+        return recompute.tokenwise(tail, x)
 
     def positional_parts(self, inputs: TextInputs, attribution: Attribution, like: torch.Tensor
                          ) -> tuple[PositionalRelevance, dict]:

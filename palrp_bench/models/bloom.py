@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
 from ..lrp.positional import ALiBi, PositionalRelevance
@@ -68,12 +68,13 @@ class BloomTwin(TextTwin):
     def forward(self, inputs: TextInputs, explained_index: torch.Tensor, composite: Composite, *,
                 positional_sinks: bool = True, causal: bool = True, attention: str = "sdpa", recorder=None,
                 return_all_logits: bool = False, alibi_rule: str = "paper",
-                positions: torch.Tensor | None = None) -> TextForward:
+                positions: torch.Tensor | None = None, checkpoint: str = "none") -> TextForward:
         """One LRP-aware forward from the word-embedding leaf to the logits at ``explained_index``.
 
         ``alibi_rule``: ``paper`` or ``relative_half``. ``positions``: ``[B, T]`` the positions the bias uses
         (default: counted from 0 over real tokens, as BLOOM); shifting them all by a constant changes no logit and,
-        under ``relative_half``, no relevance."""
+        under ``relative_half``, no relevance. ``checkpoint="layers"``: each block recomputed in the backward
+        (:mod:`palrp_bench.lrp.recompute`; the layer's position sinks are created outside it)."""
         rule = self.positional.check_rule(alibi_rule)
         ids, mask = inputs.input_ids, inputs.mask
         b, t = ids.shape
@@ -88,7 +89,8 @@ class BloomTwin(TextTwin):
             layer_sinks = self.positional.layer_sinks(positions, self.num_heads, rule, positional_sinks, x.dtype)
             for name, leaf in layer_sinks.leaves().items():
                 sinks.setdefault(name, []).append(leaf)
-            x = self.block(layer, x, layer_sinks, slopes, rule, attn_mask, composite, causal, attention, recorder)
+            x = recompute.layer(self.block, layer, x, layer_sinks, slopes, rule, attn_mask, composite, causal,
+                                attention, recorder, checkpoint=checkpoint, recorder=recorder)
         hidden = x[torch.arange(b, device=x.device), explained_index]
         logits = self.head(self.norm(self.ln_f, hidden, composite))
         all_logits = self.head(self.norm(self.ln_f, x, composite)) if return_all_logits else None
@@ -108,11 +110,14 @@ class BloomTwin(TextTwin):
                             qk_share=composite.attn_qk_share, implementation=attention, recorder=recorder)
         o = o[..., :attn.head_dim].transpose(1, 2).reshape(b, t, -1)
         x = attn.dense(o) + residual
-        h = self.norm(layer.post_attention_layernorm, x, composite)
-        residual = h if self.post_norm_residual else x
         mlp = layer.mlp
-        return mlp.dense_4h_to_h(rules.activation(mlp.dense_h_to_4h(h), mlp.gelu_impl,
-                                                  composite.ungated_activation)) + residual
+
+        def tail(x):  # position-wise (recompute.tokenwise)
+            h = self.norm(layer.post_attention_layernorm, x, composite)
+            residual = h if self.post_norm_residual else x
+            return mlp.dense_4h_to_h(rules.activation(mlp.dense_h_to_4h(h), mlp.gelu_impl,
+                                                      composite.ungated_activation)) + residual
+        return recompute.tokenwise(tail, x)
 
     def positional_parts(self, inputs: TextInputs, attribution: Attribution, like: torch.Tensor
                          ) -> tuple[PositionalRelevance, dict]:

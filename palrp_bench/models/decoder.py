@@ -7,11 +7,13 @@ and re-implements only the wiring with the rules of :mod:`palrp_bench.lrp.rules`
 :class:`~palrp_bench.lrp.composites.Composite`:
 
 * the norms with their normaliser constant (identity rule; RMSNorm, Gemma's ``(1 + w)`` RMSNorm, LayerNorm with
-  bias), the MLP activation under the identity rule, the gated product under the uniform rule;
+  bias), the MLP activation under the identity rule, the gated product under the uniform rule; sparse
+  mixture-of-experts blocks through :mod:`palrp_bench.models.moe` (router, experts, shared experts);
 * the positional encoding of the spec's kind (:mod:`palrp_bench.lrp.positional`; RoPE, full or partial: per-layer
   (cos, sin) sinks when asked for, constants otherwise; one table per layer type where the family has several);
 * attention through fused SDPA with gradient scaling (or an eager path with explicit weights for the ledger, which
-  soft-capped scores always take); sliding windows are part of the boolean mask;
+  soft-capped scores always take); sliding windows are part of the boolean mask; multi-head latent attention's
+  queries, keys and values through :mod:`palrp_bench.models.latent_attention`;
 * optional epsilon-rule stabilisers (:mod:`palrp_bench.lrp.stabilizers`; the official NLP set by default under
   ``protocol=official`` for the LLaMA family, on request for the others), at the same places for every family:
   ``linear`` on every projection output (q, k, v, o, gate, up, down, fused ones as a whole) and on the LM head /
@@ -35,13 +37,15 @@ from typing import Callable
 import torch
 
 from ..errors import BadInputError, UnsupportedModelError
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import get_positional, real_token_positions
 from ..lrp.stabilizers import NONE, OFFICIAL_NLP, Stabilizers
+from .latent_attention import latent_qkv
 from .loading import keep_4bit_differentiable
-from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
+from .moe import MoeSpec, moe_block
+from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, model_inputs, token_batch
 from .registry import Twin, discover, register_twin
 
 __all__ = ["DecoderSpec", "DECODER_SPECS", "register_decoder", "spec_for", "DecoderTwin", "DecoderInputs",
@@ -55,6 +59,8 @@ HEADS = {"ForCausalLM": "causal", "ForConditionalGeneration": "causal", "ForSequ
 NORMS = ("rms", "layer")
 MLPS = ("gated", "plain")
 QKV_LAYOUTS = ("concat", "per_head")
+QK_NORM_SCOPES = ("head", "projection")
+ATTENTION_KINDS = ("standard", "latent")
 SLIDING_WINDOWS = ("none", "all_layers", "layer_types")
 ROPE_TABLES = ("single", "per_layer_type")
 
@@ -79,7 +85,9 @@ class DecoderSpec:
     * ``norm_offset``: the gain is ``norm_offset + weight`` (Gemma: ``1 + w``, weights stored centred on 0).
     * ``norm_weight_before_cast``: the gain multiplies in the statistics dtype before the cast back (Gemma:
       ``(x * w).to(dtype)``; LLaMA: ``w * x.to(dtype)``). Equal in float32, different in bfloat16.
-    * ``qk_norm``: names of per-head norms on queries and keys before the rotation (Qwen3, Gemma 3), or None.
+    * ``qk_norm``: names of norms on queries and keys before the rotation (Qwen3, Gemma 3, OLMoE), or None;
+      ``qk_norm_scope``: ``"head"`` (over each head's dimensions: Qwen3, Gemma 3) or ``"projection"`` (over the whole
+      ``q_proj`` / ``k_proj`` output, all heads at once: OLMoE).
     * ``attention_out_norm`` / ``mlp_out_norm``: "sandwich" norms on the attention and MLP outputs before the
       residual add (Gemma 2/3: ``post_attention_layernorm``, ``post_feedforward_layernorm``), or None.
 
@@ -87,6 +95,12 @@ class DecoderSpec:
 
     * ``mlp``: ``"gated"`` (``down(act(gate(h)) * up(h))``) or ``"plain"`` (``down(act(up(h)))``, GPT-NeoX);
       ``fused_gate_up``: name of one projection whose output halves are gate then up (Phi-3), or None.
+    * ``moe``: a :class:`~palrp_bench.models.moe.MoeSpec` (router, experts, shared experts) for families whose MLP
+      blocks are sparse mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3), or None; a layer
+      whose block has no router keeps the dense ``mlp`` (DeepSeek's first layers, Qwen2-MoE's ``mlp_only_layers``).
+    * ``attention_kind``: ``"standard"`` (q/k/v projections as above) or ``"latent"`` (multi-head latent attention,
+      DeepSeek-V3: :mod:`palrp_bench.models.latent_attention`, positional kind ``rope_decoupled``);
+      ``rope_interleave``: the config flag saying the rotary dimensions are interleaved pairs (latent only), or None.
     * ``fused_qkv``: name of one projection computing q, k and v (or None: ``q_proj``, ``k_proj``, ``v_proj``);
       ``qkv_layout``: ``"concat"`` (``[q | k | v]``, Phi-3) or ``"per_head"`` (``[q_h k_h v_h]`` per head, GPT-NeoX).
     * ``head_dim_attr``: the attention module's head-size attribute.
@@ -138,6 +152,9 @@ class DecoderSpec:
     fused_qkv: str | None = None
     qkv_layout: str = "concat"
     qk_norm: tuple[str, str] | None = None
+    qk_norm_scope: str = "head"
+    attention_kind: str = "standard"
+    rope_interleave: str | None = None
     o_proj: str = "o_proj"
     attention_norm: str = "input_layernorm"
     attention_out_norm: str | None = None
@@ -151,6 +168,7 @@ class DecoderSpec:
     activation: str = "act_fn"
     lm_head: str = "lm_head"
     classifier_head: str = "score"
+    moe: MoeSpec | None = None
     checks: tuple[Callable[[object], str | None], ...] = field(default=())
     official_code_ran: bool = False
 
@@ -160,10 +178,16 @@ class DecoderSpec:
         for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS),
                                      ("qkv_layout", self.qkv_layout, QKV_LAYOUTS),
                                      ("sliding_window", self.sliding_window, SLIDING_WINDOWS),
-                                     ("rope_tables", self.rope_tables, ROPE_TABLES)):
+                                     ("rope_tables", self.rope_tables, ROPE_TABLES),
+                                     ("qk_norm_scope", self.qk_norm_scope, QK_NORM_SCOPES),
+                                     ("attention_kind", self.attention_kind, ATTENTION_KINDS)):
             if value not in allowed:
                 out.append(f"{name} {value!r} (expected one of {', '.join(allowed)})")
-        return out
+        if self.qk_norm_scope == "projection" and self.fused_qkv is not None:
+            out.append("qk_norm_scope 'projection' with a fused q/k/v projection (expected separate projections)")
+        if self.attention_kind == "latent" and self.positional != "rope_decoupled":
+            out.append(f"attention_kind 'latent' with positional {self.positional!r} (expected rope_decoupled)")
+        return out + (self.moe.problems() if self.moe is not None else [])
 
 
 DECODER_SPECS: dict[str, DecoderSpec] = {}
@@ -284,6 +308,8 @@ class DecoderTwin(Twin):
     #: family; ``protocol=official`` defaults to them where the official code ran the family
     #: (:attr:`official_code_ran`)
     official_stabilizers = OFFICIAL_NLP
+    #: takes ``checkpoint="layers"`` (:mod:`palrp_bench.lrp.recompute`)
+    checkpointing = True
 
     @classmethod
     def family(cls) -> str:
@@ -338,6 +364,14 @@ class DecoderTwin(Twin):
         self.final_softcap = (_config_value(config, spec.final_softcap)
                               if type(model).__name__.endswith("ForCausalLM") else None)
         self.parallel_residual = bool(_config_value(config, spec.parallel_residual))
+        self.rope_interleave = bool(_config_value(config, spec.rope_interleave))
+        if spec.moe is not None:
+            for layer in self.layers:
+                block = getattr(layer, spec.mlp_block)
+                reason = spec.moe.refusal(block) if spec.moe.is_sparse(block) else None
+                if reason:
+                    raise UnsupportedModelError(f"{type(model).__name__}: {reason}",
+                                                "use a configuration the twin reproduces (see docs/engine.md)")
         keep_4bit_differentiable(model)
 
     # ------------------------------------------------------------------ helpers
@@ -379,19 +413,24 @@ class DecoderTwin(Twin):
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, input_ids, attention_mask=None) -> DecoderInputs:
-        """Check shapes, lengths and ids; move to the model's device (one-line errors for bad input)."""
+        """Check shapes, lengths and ids; move to the model's device (one-line errors for bad input). ``input_ids``
+        ``[B, T]`` (or ``[T]``), or a tokenizer's output mapping with ``input_ids`` and optionally
+        ``attention_mask`` (an all-zero ``token_type_ids`` is ignored: :func:`~.token_inputs.model_inputs`)."""
+        found = model_inputs(input_ids, attention_mask, takes=("input_ids", "attention_mask"),
+                             model=type(self.model).__name__, zero_token_types=True)
+        input_ids, attention_mask = found["input_ids"], found["attention_mask"]
         input_ids = token_batch(input_ids, vocab_size=self.embed_tokens.num_embeddings,
                                 max_positions=getattr(self.config, "max_position_embeddings", None), device=self.device)
         attention_mask = attention_mask_of(attention_mask, input_ids)
         return DecoderInputs(input_ids, attention_mask, self.last_index(input_ids, attention_mask))
 
     def run(self, inputs: DecoderInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
-            attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> TwinOutput:
+            attention: str = "sdpa", stabilizers: Stabilizers = NONE, checkpoint: str = "none") -> TwinOutput:
         """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh embedding leaf, or
         ``inputs.embeds``)."""
         return self.forward(self.embed_inputs(inputs), inputs.attention_mask, inputs.last_index, composite,
                             positional_sinks=positional_sinks, causal=causal, attention=attention,
-                            stabilizers=stabilizers)
+                            stabilizers=stabilizers, checkpoint=checkpoint)
 
     def summarize(self, inputs: DecoderInputs, attribution: Attribution) -> dict:
         """Semantic and positional parts of the relevance (shapes: :class:`~palrp_bench.lrp.explanation.Explanation`)
@@ -412,13 +451,15 @@ class DecoderTwin(Twin):
                 composite: Composite, *, positional_sinks: bool, causal: bool = True,
                 attention: str = "sdpa", recorder: rules.AttentionRecorder | None = None,
                 position_ids: torch.Tensor | None = None, return_all_logits: bool = False,
-                stabilizers: Stabilizers = NONE) -> TwinOutput:
+                stabilizers: Stabilizers = NONE, checkpoint: str = "none") -> TwinOutput:
         """One LRP-aware forward from the embedding leaf to the logits at ``last_index``.
 
         ``causal=False`` reproduces the official code's defect for ARC/Wikipedia (docs/protocol.md section 2:
         no causal mask reached the attention; a sliding window then becomes the symmetric band ``|i - j| < w``).
         ``attention="eager"`` materialises the attention weights (same relevance; required by ``recorder``).
         ``stabilizers``: epsilon-rule stabilisers (module docstring); the forward values are the same for any.
+        ``checkpoint="layers"``: each layer recomputed in the backward (:mod:`palrp_bench.lrp.recompute`); the head
+        reads the explained positions only, so no ``[T, vocab]`` tensor exists (unless ``return_all_logits``).
         """
         stab = stabilizers
         b, t, _ = embeds.shape
@@ -439,8 +480,8 @@ class DecoderTwin(Twin):
             if positional_sinks:
                 cos_leaves.append(c)
                 sin_leaves.append(s)
-            x = self._layer(layer, x, c, s, masks[self.windows[index]], composite, causal, attention, recorder,
-                            stab)
+            x = recompute.layer(self._layer, layer, x, c, s, masks[self.windows[index]], composite, causal,
+                                attention, recorder, stab, checkpoint=checkpoint, recorder=recorder)
         hidden = x[torch.arange(b, device=x.device), last_index]
         logits = self._logits(hidden, composite, stab)
         all_logits = self._logits(x, composite, stab) if return_all_logits else None
@@ -463,8 +504,9 @@ class DecoderTwin(Twin):
                                weight_before_cast=spec.norm_weight_before_cast)
         return rules.stabilize(y, eps)
 
-    def _qkv(self, attn, h: torch.Tensor, hd: int, stab: Stabilizers):
-        """Queries ``[B, H, T, d]``, keys and values ``[B, Hkv, T, d]`` from the attention input."""
+    def _qkv(self, attn, h: torch.Tensor, hd: int, composite: Composite, stab: Stabilizers):
+        """Queries ``[B, H, T, d]``, keys and values ``[B, Hkv, T, d]`` from the attention input (norms over the whole
+        projection already applied: ``qk_norm_scope="projection"``)."""
         spec = self.spec
         b, t, _ = h.shape
 
@@ -472,8 +514,12 @@ class DecoderTwin(Twin):
             return rules.stabilize(getattr(attn, name)(h), stab.linear)
 
         if spec.fused_qkv is None:
-            q = linear(spec.q_proj).view(b, t, -1, hd).transpose(1, 2)
-            k = linear(spec.k_proj).view(b, t, -1, hd).transpose(1, 2)
+            q, k = linear(spec.q_proj), linear(spec.k_proj)
+            if spec.qk_norm is not None and spec.qk_norm_scope == "projection":
+                q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite, stab.norm)
+                k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite, stab.norm)
+            q = q.view(b, t, -1, hd).transpose(1, 2)
+            k = k.view(b, t, -1, hd).transpose(1, 2)
             v = linear(spec.v_proj).view(b, t, -1, hd).transpose(1, 2)
             return q, k, v
         fused = linear(spec.fused_qkv)
@@ -489,12 +535,16 @@ class DecoderTwin(Twin):
         spec = self.spec
         attn = getattr(layer, spec.attention)
         b, t, _ = h.shape
-        q, k, v = self._qkv(attn, h, getattr(attn, spec.head_dim_attr), stab)
-        if spec.qk_norm is not None:
-            q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite, stab.norm)
-            k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite, stab.norm)
-        q = self.positional.apply(q, cos, sin, composite.product, eps=stab.add)
-        k = self.positional.apply(k, cos, sin, composite.product, eps=stab.add)
+        if spec.attention_kind == "latent":
+            q, k, v = latent_qkv(attn, h, cos, sin, self.config, composite, stab,
+                                 lambda module, x: self._norm(module, x, composite, stab.norm), self.rope_interleave)
+        else:
+            q, k, v = self._qkv(attn, h, getattr(attn, spec.head_dim_attr), composite, stab)
+            if spec.qk_norm is not None and spec.qk_norm_scope == "head":
+                q = self._norm(getattr(attn, spec.qk_norm[0]), q, composite, stab.norm)
+                k = self._norm(getattr(attn, spec.qk_norm[1]), k, composite, stab.norm)
+            q = self.positional.apply(q, cos, sin, composite.product, eps=stab.add)
+            k = self.positional.apply(k, cos, sin, composite.product, eps=stab.add)
         eager = attention == "eager"  # the score stabilisers need the materialised scores (lrp/stabilizers.py)
         o = rules.attention(q, k, v, mask=mask, causal=causal, scale=attn.scaling,
                             weights_share=composite.attn_weights_share, value_share=composite.attn_value_share,
@@ -507,40 +557,55 @@ class DecoderTwin(Twin):
             out = self._norm(getattr(layer, spec.attention_out_norm), out, composite, stab.norm)
         return out
 
-    def _mlp(self, layer, h, composite: Composite, stab: Stabilizers):
+    def _mlp(self, layer, h, composite: Composite, stab: Stabilizers,
+             recorder: rules.AttentionRecorder | None = None):
+        """The layer's MLP branch: a sparse mixture-of-experts block (:func:`~palrp_bench.models.moe.moe_block`)
+        or the dense MLP, then the sandwich norm where the family has one."""
         spec = self.spec
-        mlp = getattr(layer, spec.mlp_block)
+        block = getattr(layer, spec.mlp_block)
+        if spec.moe is not None and spec.moe.is_sparse(block):
+            out = moe_block(block, h, spec.moe, self.config, composite, stab,
+                            lambda mlp, x: self._dense_mlp(mlp, x, composite, stab), recorder)
+        else:
+            out = self._dense_mlp(block, h, composite, stab)
+        if spec.mlp_out_norm is not None:
+            out = self._norm(getattr(layer, spec.mlp_out_norm), out, composite, stab.norm)
+        return out
+
+    def _dense_mlp(self, mlp, h, composite: Composite, stab: Stabilizers):
+        """A dense MLP module of the spec's kind (``gated`` or ``plain``) applied to ``h``."""
+        spec = self.spec
         act = getattr(mlp, spec.activation)
 
         def linear(name, x):
             return rules.stabilize(getattr(mlp, name)(x), stab.linear)
 
         if spec.mlp == "plain":
-            out = linear(spec.down_proj, rules.activation(linear(spec.up_proj, h), act, composite.ungated_activation))
+            return linear(spec.down_proj, rules.activation(linear(spec.up_proj, h), act, composite.ungated_activation))
+        if spec.fused_gate_up is not None:
+            gate, up = linear(spec.fused_gate_up, h).chunk(2, dim=-1)
         else:
-            if spec.fused_gate_up is not None:
-                gate, up = linear(spec.fused_gate_up, h).chunk(2, dim=-1)
-            else:
-                gate, up = linear(spec.gate_proj, h), None
-            gate = rules.activation(gate, act, composite.activation)
-            if up is None:
-                up = linear(spec.up_proj, h)
-            out = linear(spec.down_proj, rules.product(gate, up, rule=composite.product))
-        if spec.mlp_out_norm is not None:
-            out = self._norm(getattr(layer, spec.mlp_out_norm), out, composite, stab.norm)
-        return out
+            gate, up = linear(spec.gate_proj, h), None
+        gate = rules.activation(gate, act, composite.activation)
+        if up is None:
+            up = linear(spec.up_proj, h)
+        return linear(spec.down_proj, rules.product(gate, up, rule=composite.product))
 
     def _layer(self, layer, x, cos, sin, mask, composite: Composite, causal, attention, recorder,
                stab: Stabilizers = NONE):
+        """One decoder layer; everything after the attention is position-wise (:func:`recompute.tokenwise`)."""
         spec = self.spec
         h = self._norm(getattr(layer, spec.attention_norm), x, composite, stab.norm)
         a = self._attention(layer, h, cos, sin, mask, composite, causal, attention, recorder, stab)
+
+        def mlp_branch(stream):
+            return self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), stream, composite, stab.norm), composite,
+                             stab, recorder)
+
         if self.parallel_residual:  # GPT-NeoX: both branches read the layer input (summed in its order)
-            m = self._mlp(layer, self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm), composite, stab)
-            return rules.stabilize(m + a + x, stab.add)
+            return recompute.tokenwise(lambda x, a: rules.stabilize(mlp_branch(x) + a + x, stab.add), x, a)
         x = rules.residual(x, a, stab.add)
-        h = self._norm(getattr(layer, spec.mlp_norm), x, composite, stab.norm)
-        return rules.residual(x, self._mlp(layer, h, composite, stab), stab.add)
+        return recompute.tokenwise(lambda x: rules.residual(x, mlp_branch(x), stab.add), x)
 
 
 def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True

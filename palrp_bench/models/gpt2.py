@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution
 from ..lrp.composites import Composite
 from ..lrp.positional import LearnedAbsolute, PositionalRelevance
@@ -54,11 +54,12 @@ class LearnedPositionDecoder(TextTwin):
 
     def forward(self, inputs: TextInputs, explained_index: torch.Tensor, composite: Composite, *,
                 positional_sinks: bool = True, causal: bool = True, attention: str = "sdpa", recorder=None,
-                return_all_logits: bool = False) -> TextForward:
+                return_all_logits: bool = False, checkpoint: str = "none") -> TextForward:
         """One LRP-aware forward from the word-embedding leaf to the logits at ``explained_index``.
 
         ``causal=False`` reproduces the official code's non-causal runs (docs/protocol.md section 2).
-        ``attention="eager"`` materialises the attention weights (same relevance; needed by ``recorder``)."""
+        ``attention="eager"`` materialises the attention weights (same relevance; needed by ``recorder``).
+        ``checkpoint="layers"``: each block recomputed in the backward (:mod:`palrp_bench.lrp.recompute`)."""
         ids, mask = inputs.input_ids, inputs.mask
         b = ids.shape[0]
         embeds = self.embed_inputs(inputs)
@@ -66,7 +67,8 @@ class LearnedPositionDecoder(TextTwin):
         x = self.project_in(embeds) + pos
         attn_mask = key_padding_mask(mask)
         for layer in self.layers:
-            x = self.block(layer, x, attn_mask, composite, causal, attention, recorder)
+            x = recompute.layer(self.block, layer, x, attn_mask, composite, causal, attention, recorder,
+                                checkpoint=checkpoint, recorder=recorder)
         hidden = x[torch.arange(b, device=x.device), explained_index]
         logits = self.head(self.final(hidden, composite))
         all_logits = self.head(self.final(x, composite)) if return_all_logits else None
@@ -92,6 +94,7 @@ class Gpt2Twin(LearnedPositionDecoder):
 
     model_types = ("gpt2",)
     family_name = "gpt2"
+    library_embeds_token_types = True  # GPT2Model adds wte(token_type_ids)
 
     def _wire(self, model) -> None:
         cfg = model.config
@@ -124,9 +127,12 @@ class Gpt2Twin(LearnedPositionDecoder):
                    for s in attn.c_attn(h).split(attn.split_size, dim=2))
         o = self.attend(q, k, v, mask, composite, causal, attn.scaling, attention, recorder)
         x = rules.residual(x, rules.output_projection(o, attn.c_proj))
-        h = self.norm(layer.ln_2, x, composite)
         mlp = layer.mlp
-        return rules.residual(x, mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, composite.ungated_activation)))
+
+        def tail(x):  # position-wise (recompute.tokenwise)
+            h = self.norm(layer.ln_2, x, composite)
+            return rules.residual(x, mlp.c_proj(rules.activation(mlp.c_fc(h), mlp.act, composite.ungated_activation)))
+        return recompute.tokenwise(tail, x)
 
 
 @register_twin
@@ -177,7 +183,10 @@ class OptTwin(LearnedPositionDecoder):
         x = rules.residual(x, rules.output_projection(o, attn.out_proj))
         if not self.pre_norm:
             x = self.norm(layer.self_attn_layer_norm, x, composite)
-        h = self.norm(layer.final_layer_norm, x, composite) if self.pre_norm else x
-        x = rules.residual(x, layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn,
-                                                         composite.ungated_activation)))
-        return x if self.pre_norm else self.norm(layer.final_layer_norm, x, composite)
+
+        def tail(x):  # position-wise (recompute.tokenwise)
+            h = self.norm(layer.final_layer_norm, x, composite) if self.pre_norm else x
+            x = rules.residual(x, layer.fc2(rules.activation(layer.fc1(h), layer.activation_fn,
+                                                             composite.ungated_activation)))
+            return x if self.pre_norm else self.norm(layer.final_layer_norm, x, composite)
+        return recompute.tokenwise(tail, x)

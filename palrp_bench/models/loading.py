@@ -3,7 +3,8 @@ NF4), timm vision transformers (DeiT: docs/protocol.md section 5), and the regis
 
 * :func:`load_hf_model`: a ``*ForCausalLM`` / ``*ForSequenceClassification`` from the hub or a local folder.
 * :func:`keep_4bit_differentiable`: stops bitsandbytes repacking 4-bit weights into a format without gradients.
-* :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub.
+* :func:`load_timm_vit`: a timm ViT / DeiT from a local checkpoint, the timm cache or the hub;
+  :func:`load_timm_checkpoint`: a timm model saved in the hub's format (a folder or a hub id; ``model=hf``).
 * :func:`load_model`: ``model.loader`` of a model config -> ``(model, tokenizer)`` (:data:`LOADERS`); ``torchvision``
   loads torchvision ViTs as timm models (:mod:`palrp_bench.models.torchvision_vit`).
 * :func:`tokenizer_source`: which tokenizer a model config loads; :func:`weights_description`: what is read.
@@ -32,8 +33,8 @@ from .heads import auto_class
 
 __all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS", "LoaderSpec",
            "register_loader", "loader_spec", "load_model", "DTYPES", "tokenizer_source", "holds_tokenizer",
-           "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
-           "local_checkpoint_problem", "random_model"]
+           "local_tokenizer", "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
+           "local_checkpoint_problem", "random_model", "load_timm_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +345,30 @@ def positional_kind_of_config(cfg, *, download: bool = True) -> str | None:
     return None
 
 
+def local_tokenizer(cfg):
+    """The tokenizer a model config loads (:func:`tokenizer_source`) when this machine has it without a download:
+    the embedded models' shipped tokenizers, a local folder, or the hub cache; None otherwise (a plan reads it to
+    size its inputs, and never fetches one)."""
+    from ..hub import hub_tokenizer_cached
+
+    if _value(cfg.loader) == "embedded_text":
+        from ..data import synthetic_text
+
+        return synthetic_text.load_tiny_tokenizer(kind=cfg.source)
+    if _value(cfg.loader) != "hf":
+        return None
+    source = tokenizer_source(cfg)
+    local = is_local_path(source)
+    if (local and not holds_tokenizer(source)) or (not local and not hub_tokenizer_cached(source)):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
 def load_tokenizer(name_or_path: str):
     """``AutoTokenizer.from_pretrained`` with a one-line :class:`MissingDataError`."""
     from transformers import AutoTokenizer
@@ -432,6 +457,8 @@ def local_checkpoint_problem(source: str | Path) -> str | None:
 def _config_architecture(cfg, known: dict | None) -> Architecture | None:
     """A Hugging Face model's architecture from the first ``config.json`` that describes it (:func:`hf_config_json`)."""
     found = hf_config_json(cfg, known)
+    if found is not None and _value(cfg.kind) == "vit":  # a timm checkpoint in the hub's format (model=hf)
+        return timm_architecture(str(found[0]["architecture"]), found[0].get("model_args") or {})
     return None if found is None else hf_architecture(found[0], _value(cfg.kind), found[1])
 
 
@@ -491,12 +518,34 @@ def _check_hf(cfg, findings: Findings) -> None:
     else:
         findings.need(source, "model", f"hub model {source} ({cfg.name})", hub_model_cached(source),
                       findings.fix("model.source=<folder>"), check_access=True)
-    _tokenizer_checks(cfg, findings)
+    if _value(cfg.kind) != "vit":  # a timm checkpoint (model=hf) has no tokenizer
+        _tokenizer_checks(cfg, findings)
+
+
+def load_timm_checkpoint(source: str):
+    """A timm model saved in the hub's format (``config.json`` with ``architecture`` and ``pretrained_cfg``, weights
+    beside it: ``timm.models.push_to_hf_hub`` / ``save_for_hf``) from a local folder (timm's ``local-dir:``) or a hub
+    id (``hf-hub:``), in eval mode; one-line errors."""
+    import timm
+
+    prefix = "local-dir:" if is_local_path(source) else "hf-hub:"
+    where = str(Path(source).expanduser()) if prefix == "local-dir:" else source
+    try:
+        return timm.create_model(prefix + where, pretrained=True).eval()
+    except (OSError, RuntimeError, ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise MissingDataError(f"cannot load the timm checkpoint {source}: {first}",
+                               "point model.source at a folder written by timm's save_for_hf (config.json and "
+                               "model.safetensors) or a timm hub id") from None
 
 
 @register_loader("hf", architecture=_config_architecture, identity=_source_identity, text_config=_checkpoint_config,
                  check=_check_hf, missing_weights=_missing_local_weights)
 def _load_hf(cfg, device: str):
+    """Hugging Face checkpoints (hub id or folder); ``kind=vit``: a timm checkpoint in the hub's format
+    (:func:`load_timm_checkpoint`, ``model=hf`` with a timm folder)."""
+    if _value(cfg.kind) == "vit":
+        return load_timm_checkpoint(str(cfg.source)).to(device), None
     quant = None if _value(cfg.quantization) == "none" else _value(cfg.quantization)
     device_map = {"": device} if quant is not None else None
     model = load_hf_model(cfg.source, kind=_value(cfg.kind), dtype=_value(cfg.dtype), quantization=quant,

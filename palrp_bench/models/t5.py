@@ -41,13 +41,12 @@ attention bias.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
 
 from ..errors import BadInputError
-from ..lrp import rules
+from ..lrp import recompute, rules
 from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.explanation import Explanation
@@ -55,7 +54,7 @@ from ..lrp.positional import PositionalRelevance, RelativeBias
 from .loading import keep_4bit_differentiable
 from .registry import register_twin
 from .text_twin import TextForward, TextTwin
-from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, token_batch
+from .token_inputs import attention_mask_of, key_padding_mask, last_real_index, model_inputs, token_batch
 
 __all__ = ["T5Twin", "T5Inputs", "T5Forward", "SITES"]
 
@@ -155,13 +154,17 @@ class T5Twin(TextTwin):
         optionally ``attention_mask``, ``decoder_input_ids``, ``decoder_attention_mask``. ``decoder_input_ids``
         ``[B, Td]`` is required: the decoder start token (``config.decoder_start_token_id``) followed by the answer
         so far; the logit explained is the next token's at the last real decoder position."""
-        if isinstance(inputs, Mapping):
-            if "input_ids" not in inputs:
-                raise BadInputError("the inputs mapping has no 'input_ids'", "pass the tokenizer's output")
-            attention_mask = inputs.get("attention_mask", attention_mask)
-            decoder_input_ids = inputs.get("decoder_input_ids", decoder_input_ids)
-            decoder_attention_mask = inputs.get("decoder_attention_mask", decoder_attention_mask)
-            inputs = inputs["input_ids"]
+        found = model_inputs(inputs, attention_mask, model=type(self.model).__name__, zero_token_types=True,
+                             takes=("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask"))
+        inputs, attention_mask = found["input_ids"], found["attention_mask"]
+        for name, given in (("decoder_input_ids", decoder_input_ids), ("decoder_attention_mask",
+                                                                       decoder_attention_mask)):
+            if found[name] is not None and given is not None:
+                raise BadInputError(f"{name} was given twice: in the inputs mapping and as an argument",
+                                    "pass it once")
+        decoder_input_ids = found["decoder_input_ids"] if decoder_input_ids is None else decoder_input_ids
+        decoder_attention_mask = (found["decoder_attention_mask"] if decoder_attention_mask is None
+                                  else decoder_attention_mask)
         vocab = self.embedding_table.num_embeddings
         ids = token_batch(inputs, vocab_size=vocab, max_positions=None, device=self.device)
         mask = attention_mask_of(attention_mask, ids)
@@ -181,26 +184,29 @@ class T5Twin(TextTwin):
 
     # ------------------------------------------------------------------ forward
     def run(self, inputs: T5Inputs, composite: Composite, *, positional_sinks: bool, attention: str = "sdpa",
-            relative_bias_rule: str = "relative_half", causal: bool | None = None, **options) -> T5Forward:
+            relative_bias_rule: str = "relative_half", causal: bool | None = None, checkpoint: str = "none",
+            **options) -> T5Forward:
         """The LRP-aware forward of :func:`palrp_bench.lrp.attribution.attribute` (fresh sinks).
 
         ``attention``: ``sdpa`` or ``eager``; ``relative_bias_rule``: ``relative_half`` (default) or ``key``
         (docs/positional.md); ``causal`` is accepted and ignored (the encoder is bidirectional, the decoder causal,
-        whatever a task says, as for BERT)."""
+        whatever a task says, as for BERT); ``checkpoint``: ``none`` or ``layers`` (:meth:`forward`)."""
         if options:
             raise BadInputError(f"{type(self.model).__name__} takes no option {', '.join(sorted(options))}",
-                                "options of the t5 twin: attention, relative_bias_rule")
+                                "options of the t5 twin: attention, relative_bias_rule, checkpoint")
         if attention not in ("sdpa", "eager"):
             raise BadInputError(f"unknown attention implementation {attention!r}", "use sdpa or eager")
         return self.forward(inputs, composite, positional_sinks=positional_sinks, attention=attention,
-                            relative_bias_rule=relative_bias_rule)
+                            relative_bias_rule=relative_bias_rule, checkpoint=checkpoint)
 
     def forward(self, inputs: T5Inputs, composite: Composite, *, positional_sinks: bool = True,
                 attention: str = "sdpa", recorder=None, relative_bias_rule: str = "relative_half",
-                return_all_logits: bool = False) -> T5Forward:
+                return_all_logits: bool = False, checkpoint: str = "none") -> T5Forward:
         """One LRP-aware forward from the embedding leaves of both stacks to the logits at the explained decoder
         position (module docstring). ``attention="eager"`` materialises the weights (same relevance; needed by
-        ``recorder``)."""
+        ``recorder``). ``checkpoint="layers"``: each block of both stacks recomputed in the backward
+        (:mod:`palrp_bench.lrp.recompute`; the bias sinks are created outside the blocks). The stacks' ``[H, T,
+        T]`` position bias is kept whole either way (docs/engine.md, "Long contexts")."""
         rule = self.positional.check_rule(relative_bias_rule)
         ids, dec = inputs.input_ids, inputs.decoder_input_ids
         b, te = ids.shape
@@ -221,10 +227,14 @@ class T5Twin(TextTwin):
         enc_mask = key_padding_mask(inputs.mask)
         bias = self.stack_bias(self.encoder, te, enc_mask, causal=False)
         x = embeds
+
+        def encoder_block(layer, x, bias, bias_sinks):
+            x = self.self_attention(layer.layer[0], x, bias, bias_sinks, enc_mask, False, "encoder", **options)
+            return self.feed_forward(layer.layer[-1], x, composite)
+
         for layer in self.encoder.block:
-            x = self.self_attention(layer.layer[0], x, bias, layer_sinks(bias, STACKS[0], te), enc_mask, False,
-                                    "encoder", **options)
-            x = self.feed_forward(layer.layer[-1], x, composite)
+            x = recompute.layer(encoder_block, layer, x, bias, layer_sinks(bias, STACKS[0], te),
+                                checkpoint=checkpoint, recorder=recorder)
         encoded = self.norm(self.encoder.final_layer_norm, x, composite)
 
         dec_mask = key_padding_mask(inputs.decoder_mask)
@@ -232,11 +242,15 @@ class T5Twin(TextTwin):
         cross_mask = None if inputs.attention_mask is None or bool(inputs.attention_mask.all()) \
             else inputs.attention_mask.bool()[:, None, None, :]
         y = dembeds
-        for layer in self.decoder.block:
-            y = self.self_attention(layer.layer[0], y, bias, layer_sinks(bias, STACKS[1], td), dec_mask, True,
-                                    "decoder", **options)
+
+        def decoder_block(layer, y, encoded, bias, bias_sinks):
+            y = self.self_attention(layer.layer[0], y, bias, bias_sinks, dec_mask, True, "decoder", **options)
             y = self.cross_attention(layer.layer[1], y, encoded, cross_mask, **options)
-            y = self.feed_forward(layer.layer[-1], y, composite)
+            return self.feed_forward(layer.layer[-1], y, composite)
+
+        for layer in self.decoder.block:
+            y = recompute.layer(decoder_block, layer, y, encoded, bias, layer_sinks(bias, STACKS[1], td),
+                                checkpoint=checkpoint, recorder=recorder)
         h = self.norm(self.decoder.final_layer_norm, y, composite)
         index = inputs.explained_index
         logits = self.head(h[torch.arange(b, device=h.device), index])
@@ -297,17 +311,22 @@ class T5Twin(TextTwin):
                                              site="cross"))
 
     def feed_forward(self, sub, x, composite: Composite) -> torch.Tensor:
+        """The feed-forward sub-layer with its residual sum: position-wise (:func:`recompute.tokenwise`), the last
+        operation of a block."""
         ff = sub.DenseReluDense
-        h = self.norm(sub.layer_norm, x, composite)
-        if hasattr(ff, "wi_0"):  # T5DenseGatedActDense (v1.1, Flan-T5)
-            gate = rules.activation(ff.wi_0(h), ff.act, composite.activation)
-            z = rules.product(gate, ff.wi_1(h), rule=composite.product)
-        else:                    # T5DenseActDense (the original T5)
-            z = rules.activation(ff.wi(h), ff.act, composite.ungated_activation)
-        w = ff.wo.weight
-        if isinstance(w, torch.Tensor) and z.dtype != w.dtype and w.dtype != torch.int8:  # the library's cast
-            z = z.to(w.dtype)
-        return rules.residual(x, ff.wo(z))
+
+        def tail(x):
+            h = self.norm(sub.layer_norm, x, composite)
+            if hasattr(ff, "wi_0"):  # T5DenseGatedActDense (v1.1, Flan-T5)
+                gate = rules.activation(ff.wi_0(h), ff.act, composite.activation)
+                z = rules.product(gate, ff.wi_1(h), rule=composite.product)
+            else:                    # T5DenseActDense (the original T5)
+                z = rules.activation(ff.wi(h), ff.act, composite.ungated_activation)
+            w = ff.wo.weight
+            if isinstance(w, torch.Tensor) and z.dtype != w.dtype and w.dtype != torch.int8:  # the library's cast
+                z = z.to(w.dtype)
+            return rules.residual(x, ff.wo(z))
+        return recompute.tokenwise(tail, x)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.scale_outputs:  # the original T5's tied embeddings: a constant factor before the head
@@ -358,8 +377,9 @@ class T5Twin(TextTwin):
           divides both by the largest score of either);
         * ``extras["relative_bias_query"]`` / ``["relative_bias_key"]`` ``[B, Le, Te]`` and
           ``["decoder_relative_bias_query"]`` / ``["decoder_relative_bias_key"]`` ``[B, Ld, Td]``: the two sides
-          apart; ``["semantic_relu"]``, ``["positional_relu"]``, ``["positional_shared_relu"]`` of the encoder and
-          their ``decoder_*`` twins (paper Eq. 11 parts); ``["explained_index"]`` the explained decoder position,
+          apart; ``["semantic_relu"]``, ``["positional_relu"]``, ``["positional_shared_relu"]``,
+          ``["semantic_term"]``, ``["positional_term"]`` of the encoder and their ``decoder_*`` twins (paper Eq. 11
+          parts, the aggregation's per-token terms); ``["explained_index"]`` the explained decoder position,
           ``["decoder_attention_mask"]``.
 
         Accounting (float64, exact rules): ``logit = semantic.sum() + decoder_semantic.sum() + positional.sum() +
@@ -380,6 +400,9 @@ class T5Twin(TextTwin):
         extras["decoder_positional_relu"], extras["positional_relu"] = dec(x[:, le:]), enc(x[:, :le])
         x = extras["positional_shared_relu"]
         extras["decoder_positional_shared_relu"], extras["positional_shared_relu"] = dec(x), enc(x)
+        for name in ("semantic_term", "positional_term"):  # per token, over both stacks' tokens
+            if name in extras:
+                extras[f"decoder_{name}"], extras[name] = dec(extras[name]), enc(extras[name])
         extras.update(decoder_scores=dec(e.scores), decoder_semantic=dec(e.semantic),
                       decoder_positional=dec(e.positional[:, le:]))
         return replace(e, scores=enc(e.scores), semantic=enc(e.semantic), positional=enc(e.positional[:, :le]),

@@ -19,7 +19,6 @@ the config has a ``mask_token_id``, the first token with that id.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +29,7 @@ from ..lrp.attribution import Attribution, embedding_sink
 from ..lrp.composites import Composite
 from ..lrp.positional import PositionalRelevance, real_token_positions
 from .registry import Twin
-from .token_inputs import attention_mask_of, last_real_index, per_token, token_batch
+from .token_inputs import attention_mask_of, last_real_index, model_inputs, per_token, token_batch
 
 __all__ = ["HEADS", "TextInputs", "TextForward", "TextTwin"]
 
@@ -98,6 +97,8 @@ class TextTwin(Twin):
     family_name = ""
     classifier_pooling = "last"
     heads: tuple[str, ...] = ("causal", "classifier")
+    #: the forward takes ``checkpoint="layers"`` (:mod:`palrp_bench.lrp.recompute`)
+    checkpointing = True
 
     @classmethod
     def family(cls) -> str:
@@ -228,22 +229,19 @@ class TextTwin(Twin):
         (:mod:`~palrp_bench.models.token_inputs`; one-line errors for bad input).
 
         ``inputs``: ``input_ids`` ``[B, T]`` (or ``[T]``), or a tokenizer's output mapping with ``input_ids`` and
-        optionally ``attention_mask`` / ``token_type_ids``."""
-        token_type_ids = None
-        if isinstance(inputs, Mapping):
-            if "input_ids" not in inputs:
-                raise BadInputError("the inputs mapping has no 'input_ids'", "pass the tokenizer's output")
-            attention_mask = inputs.get("attention_mask", attention_mask)
-            token_type_ids = inputs.get("token_type_ids")
-            inputs = inputs["input_ids"]
+        optionally ``attention_mask`` / ``token_type_ids`` (families with token types; the others ignore an all-zero
+        ``token_type_ids`` where their library forward takes none: :func:`~.token_inputs.model_inputs`)."""
+        has_types = self.type_vocab_size is not None
+        found = model_inputs(inputs, attention_mask, model=type(self.model).__name__,
+                             takes=("input_ids", "attention_mask", *(("token_type_ids",) if has_types else ())),
+                             zero_token_types=not self.library_embeds_token_types)
+        inputs, attention_mask, token_type_ids = found["input_ids"], found["attention_mask"], found.get("token_type_ids")
         ids = token_batch(inputs, vocab_size=self.embedding_table.num_embeddings, max_positions=self.max_positions,
                           device=self.device)
         mask = attention_mask_of(attention_mask, ids)
         types = None
         if token_type_ids is not None:
             n_types = self.type_vocab_size
-            if n_types is None:
-                raise BadInputError(f"{type(self.model).__name__} has no token types", "drop token_type_ids")
 
             def check_types(types):
                 if bool((types < 0).any()) or bool((types >= n_types).any()):
@@ -256,6 +254,10 @@ class TextTwin(Twin):
     def type_vocab_size(self) -> int | None:
         """Number of token types (BERT-style models), else None."""
         return None
+
+    #: the library's forward takes ``token_type_ids`` and embeds them (GPT-2: through its token table) although the
+    #: twin has no token types: then even all-zero token types are refused rather than ignored
+    library_embeds_token_types = False
 
     def run(self, inputs: TextInputs, composite: Composite, *, positional_sinks: bool, causal: bool = True,
             attention: str = "sdpa", position=None, **options) -> TextForward:

@@ -1,18 +1,68 @@
-"""A language model's inputs, shared by every text twin: checks of token ids, attention masks and other per-token
-tensors (each bad input a one-line :class:`~palrp_bench.errors.BadInputError` naming the fix), and the key-padding
-mask the attention rule takes.
+"""A model's inputs, shared by every twin: what a tokenizer or image processor returns, taken apart by name
+(:func:`model_inputs`); checks of token ids, attention masks and other per-token tensors (each bad input a one-line
+:class:`~palrp_bench.errors.BadInputError` naming the fix), and the key-padding mask the attention rule takes.
 
 The inputs may sit on any device (CPU ids for a model on a GPU, as inseq takes them): each is checked where the
 caller keeps it and then moved once to the model's device (the device of the ids :func:`token_batch` returns)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable
 
 import torch
 
 from ..errors import BadInputError
 
-__all__ = ["token_batch", "per_token", "attention_mask_of", "key_padding_mask", "last_real_index"]
+__all__ = ["model_inputs", "token_batch", "per_token", "attention_mask_of", "key_padding_mask", "last_real_index",
+           "TOKENIZER_BOOKKEEPING"]
+
+#: what a tokenizer may return besides the model's inputs (its own bookkeeping, never read by a forward); ignored
+TOKENIZER_BOOKKEEPING = ("offset_mapping", "special_tokens_mask", "length", "overflow_to_sample_mapping",
+                         "num_truncated_tokens")
+
+
+def model_inputs(inputs, attention_mask, *, takes: tuple[str, ...], model: str,
+                 zero_token_types: bool = False) -> dict:
+    """The inputs of one explanation by name: ``inputs`` is the main tensor (``takes[0]``: ``input_ids`` or
+    ``pixel_values``) or what a tokenizer / image processor returns (a mapping, e.g. ``BatchEncoding``), whose
+    entries named in ``takes`` are used; ``attention_mask`` comes from the mapping or the argument (not both).
+
+    Refused in one line naming what to pass: a mapping without ``takes[0]``, an entry the model does not take
+    (``position_ids``, ``inputs_embeds``, ``labels``, ``token_type_ids`` of a family without token types, ...).
+    ``zero_token_types``: a family whose library forward takes no token types ignores an all-zero
+    ``token_type_ids`` (what some tokenizers return by default; nothing to explain there). The tokenizer's own
+    bookkeeping (:data:`TOKENIZER_BOOKKEEPING`) is ignored. Returns a dict with every name of ``takes`` (None where
+    absent)."""
+    main = takes[0]
+    if not isinstance(inputs, Mapping):
+        found = {main: inputs}
+        if "attention_mask" in takes:
+            found["attention_mask"] = attention_mask
+        elif attention_mask is not None:
+            found["attention_mask"] = attention_mask  # the caller refuses it (e.g. a vision transformer)
+        return {**dict.fromkeys(takes), **found}
+    what = "pass " + ", ".join(takes) + (" (what the tokenizer returns: tokenizer(texts, return_tensors='pt'))"
+                                         if main == "input_ids" else " (what the image processor returns)")
+    if main not in inputs:
+        raise BadInputError(f"the inputs mapping has no {main!r} (it holds {', '.join(map(str, inputs)) or 'nothing'})",
+                            what)
+    if attention_mask is not None and inputs.get("attention_mask") is not None:
+        raise BadInputError("attention_mask was given twice: in the inputs mapping and as an argument",
+                            "pass it once (the tokenizer's output holds it)")
+    found = dict.fromkeys(takes)
+    for key, value in inputs.items():
+        if key in takes:
+            found[key] = value
+        elif key == "token_type_ids" and zero_token_types and not bool(torch.as_tensor(value).any()):
+            continue
+        elif key not in TOKENIZER_BOOKKEEPING:
+            hint = {"token_type_ids": f"{model} has no token types: drop token_type_ids "
+                                      "(tokenizer(..., return_token_type_ids=False))",
+                    "labels": "the explained output is chosen with target= (and foil=), not labels"}.get(key, what)
+            raise BadInputError(f"{model} does not take {key!r} from the inputs mapping", hint)
+    if found.get("attention_mask") is None and attention_mask is not None:
+        found["attention_mask"] = attention_mask
+    return found
 
 
 def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device, name: str = "input_ids"
@@ -21,6 +71,9 @@ def token_batch(input_ids, *, vocab_size: int, max_positions: int | None, device
     ``device`` (the model's); refuses other shapes and dtypes, empty inputs, sequences longer than ``max_positions``
     and ids outside the vocabulary. ``name``: how the messages call the ids (``decoder_input_ids`` of an
     encoder-decoder)."""
+    if isinstance(input_ids, Mapping):
+        raise BadInputError(f"{name} is a mapping", "pass the tokenizer's output as the inputs (explain takes it "
+                                                    "whole) or its input_ids tensor")
     if not isinstance(input_ids, torch.Tensor):
         input_ids = torch.as_tensor(input_ids)
     if input_ids.dim() == 1:

@@ -41,6 +41,7 @@ The parity test (``tests/models/test_vit_twin.py``) pins the twin's logits to ti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -53,6 +54,7 @@ from ..lrp.gamma import gamma_module
 from ..lrp.positional import LearnedAbsolute
 from ..lrp.stabilizers import NONE, OFFICIAL_VISION, Stabilizers
 from .registry import Twin, register_twin
+from .token_inputs import model_inputs
 from .torchvision_vit import from_torchvision
 
 __all__ = ["VitTwin", "VitForward", "VitInputs", "GAMMA_ROLES"]
@@ -70,6 +72,9 @@ class VitForward:
     ``Np`` for models whose PE skips the prefix tokens). ``patch_tokens`` ``[B, Np, D]``: the patch-embedding
     output (not a leaf; its ``x * grad`` is the token-level semantic relevance). ``grid`` ``(Hp, Wp)``.
     """
+
+    #: sinks that are not inputs (:func:`palrp_bench.lrp.attribution.absorbed_relevance` leaves them out)
+    probes: ClassVar[tuple[str, ...]] = ("patch_tokens",)
 
     logits: torch.Tensor
     pixels: torch.Tensor
@@ -353,10 +358,12 @@ class VitTwin(Twin):
 
     # ------------------------------------------------------------------ explanation protocol
     def prepare(self, pixel_values, attention_mask=None) -> VitInputs:
-        """Check a batch of normalised images (:meth:`prepare_pixels`); vision has no attention mask."""
-        if attention_mask is not None:
+        """Check a batch of normalised images (:meth:`prepare_pixels`), or an image processor's output mapping
+        holding ``pixel_values`` (:func:`~.token_inputs.model_inputs`); vision has no attention mask."""
+        found = model_inputs(pixel_values, attention_mask, takes=("pixel_values",), model=type(self.model).__name__)
+        if found.get("attention_mask") is not None:
             raise BadInputError("attention_mask was given for a vision transformer", "pass attention_mask=None")
-        return VitInputs(self.prepare_pixels(pixel_values))
+        return VitInputs(self.prepare_pixels(found["pixel_values"]))
 
     def run(self, inputs: VitInputs, composite: Composite, *, positional_sinks: bool = True,
             attention: str = "sdpa", stabilizers: Stabilizers = NONE) -> VitForward:

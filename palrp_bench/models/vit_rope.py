@@ -30,6 +30,7 @@ than ``token`` / ``avg``, qk-norm, attention scale-norm or gating, MLP norms (``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -51,6 +52,9 @@ class RopeVitForward:
     """One LRP-aware forward: ``logits`` ``[B, C]``; sinks ``pixels`` ``[B, 3, H, W]``, ``prefix`` ``[B, P, D]``
     (CLS / registers; ``P`` may be 0), ``pos_embed`` (learned table copy, or None), ``cos`` / ``sin`` (one
     ``[B, Np, d]`` leaf per layer, or empty lists); ``patch_tokens`` ``[B, Np, D]`` (probe), ``grid`` ``(Hp, Wp)``."""
+
+    #: sinks that are not inputs (:func:`palrp_bench.lrp.attribution.absorbed_relevance` leaves them out)
+    probes: ClassVar[tuple[str, ...]] = ("patch_tokens",)
 
     logits: torch.Tensor
     pixels: torch.Tensor

@@ -35,7 +35,7 @@ from ..runner.plan import Cell, Job
 
 __all__ = ["SampleCount", "CellBudget", "PlanBudget", "PlanDevice", "plan_device", "estimate_cell", "pool_size",
            "sample_count", "stored_count", "plan_budget", "format_plan", "format_totals", "format_seconds",
-           "format_bytes"]
+           "format_bytes", "too_long", "memory_problems"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,8 @@ class CellBudget:
     estimate: Estimate
     selection_seconds: float | None = 0.0
     n_jobs: int = 1
+    #: why its explanations cannot fit the device even at batch 1, with the setting that would (:func:`too_long`)
+    refusal: "Problem | None" = None
 
     @property
     def remaining(self) -> int | None:
@@ -273,19 +275,62 @@ def _batch_candidates(cell: Cell, device: str, requested, virtual: bool) -> list
     return sizes
 
 
+def _checkpoint(runner) -> str:
+    from ..lrp.recompute import check_checkpoint
+
+    return check_checkpoint(getattr(runner, "checkpoint", None))
+
+
 def estimate_cell(cell: Cell, n: int, device: str, runner, constants: CostConstants, kind: str,
                   memory: float | None, virtual: bool = False) -> Estimate:
-    """The cell's estimate at the batch size a job will use (:func:`_batch_candidates`): the first candidate
-    whose estimated peak fits ``memory`` (the last when none does; a fixed or remembered size is taken as it is)."""
+    """The cell's estimate at the batch size a job will use (:func:`_batch_candidates`) with ``runner.checkpoint``:
+    the first candidate whose estimated peak fits ``memory`` (the last when none does; a fixed or remembered size
+    is taken as it is)."""
     from ..runner.batching import check_batch_size
 
     requested = check_batch_size(runner.batch_size)
     for size in _batch_candidates(cell, device, requested, virtual):
         est = estimate(cell, n, device, batch_size=size, forward_batch_size=int(runner.forward_batch_size),
-                       constants=constants, kind=kind)
+                       constants=constants, kind=kind, checkpoint=_checkpoint(runner))
         if memory is None or est.peak_bytes is None or est.peak_bytes <= memory:
             break
     return est
+
+
+def too_long(cell: Cell, est: Estimate, device: str, runner, constants: CostConstants, kind: str,
+             memory: float | None):
+    """A :class:`~palrp_bench.planning.preflight.Problem` when the cell does not fit ``memory`` even at batch 1
+    (its inputs are too long for the device as configured), naming ``runner.checkpoint=layers`` where that would
+    fit; None when it fits at some batch size (the totals then suggest a smaller one)."""
+    from .preflight import Problem
+
+    if memory is None or est.peak_bytes is None or est.peak_bytes <= memory or est.work is None:
+        return None
+    checkpoint = _checkpoint(runner)
+
+    def at_batch_one(mode: str) -> float:
+        return estimate(cell, 1, device, batch_size=1, forward_batch_size=int(runner.forward_batch_size),
+                        constants=constants, kind=kind, checkpoint=mode).peak_bytes
+
+    need = at_batch_one(checkpoint)
+    if need <= memory:
+        return None
+    tokens = f"{round(est.work.explain_tokens)} tokens" if est.work.explanations else "its inputs"
+    item = (f"{cell.key}: {format_bytes(need)} at batch 1 for {tokens} (runner.checkpoint={checkpoint}), more "
+            f"than the {format_bytes(memory)} of the device")
+    if checkpoint == "none" and est.work.explanations:
+        layers = at_batch_one("layers")
+        if layers <= memory:
+            return Problem(item, f"set runner.checkpoint=layers ({format_bytes(layers)} at batch 1: each layer "
+                                 "recomputed in the backward)")
+        item += f"; {format_bytes(layers)} with runner.checkpoint=layers"
+    return Problem(item, "explain shorter inputs, lower runner.forward_batch_size, or use a device with more "
+                         "memory (runner.plan_device)")
+
+
+def memory_problems(budget: "PlanBudget") -> list:
+    """The cells that cannot fit their device at any batch size (:func:`too_long`), as preflight problems."""
+    return [c.refusal for c in budget.cells if c.refusal is not None]
 
 
 def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tuple[str, ...], runner,
@@ -324,7 +369,8 @@ def plan_budget(cells: list[Cell], jobs: list[Job], run_dir: Path, devices: tupl
             selection = (None if est.select_per_candidate is None
                          else count.candidates * est.select_per_candidate)
         n_jobs = jobs_per_cell[cell.key]
-        budgets.append(CellBudget(cell, count, stored, est, selection, n_jobs))
+        refusal = too_long(cell, est, device, runner, constants, kind, memory) if remaining else None
+        budgets.append(CellBudget(cell, count, stored, est, selection, n_jobs, refusal))
         if est.origin and est.origin not in origins:
             origins.append(est.origin)
         if remaining or count.candidates:  # a job with work loads its model (once per worker: jobs are grouped)
@@ -417,7 +463,12 @@ def format_plan(budget: PlanBudget, experiment=None, problems: list | None = Non
         lines += ["", f"missing ({len(problems)}): a run would stop before loading anything; fix each, then run "
                       "again"]
         lines += format_problems(problems)
-    else:
+    refused = memory_problems(budget)
+    if refused:
+        lines += ["", f"does not fit ({len(refused)}): these cells need more memory than the device has at any "
+                      "batch size"]
+        lines += format_problems(refused)
+    if not problems and not refused:
         lines += ["", "nothing missing: `palrp-bench` with the same arguments runs this plan"]
     return "\n".join(_wrap(line) for line in lines)
 

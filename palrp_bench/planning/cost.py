@@ -10,9 +10,11 @@ Work of one sample, in *units* of 10^9 parameter-tokens (one unit ~ 2 GFLOP)::
   blocks at its own tokens, their cross-attention over the ``T`` encoder tokens) to the encoder's ``T * P(T)``
   (``P_body``, ``L``: the encoder's blocks).
 
-* ``P_body``: parameters of the transformer blocks (what every token is multiplied with; embeddings and the
-  output head, applied at one position, are left out); ``A`` = heads x head dim, ``L`` = layers (the second term
-  is the attention's score and weighted-sum work as parameter equivalents).
+* ``P_body``: parameters of the transformer blocks that every token is multiplied with (embeddings and the
+  output head, applied at one position, are left out; a mixture of experts counts the ``k`` of ``E`` routed experts
+  a token uses, its *active* parameters, while memory counts them all: :func:`moe_parameters`); ``A`` = heads x
+  head dim, ``L`` = layers (the second term is the attention's score and weighted-sum work as parameter
+  equivalents).
 * ``E`` explanations over ``T_e`` tokens costing ``r`` forwards each: for LRP (one forward and one modified
   backward) ``r`` is measured per family and quantization; other methods cost ``F + B (r - 1)`` for their ``F``
   forwards and ``B`` backwards per sample (:func:`explanation_forwards`); ``F`` plain forwards over ``T_f``
@@ -57,7 +59,8 @@ from ..runner.user_cache import user_cache_dir
 __all__ = ["Architecture", "Work", "Profile", "CostConstants", "Estimate", "SHIPPED_CONSTANTS", "user_cost_path",
            "load_constants", "architecture_of", "hf_architecture", "sample_work",
            "work_units", "peak_memory", "estimate", "batch_seconds", "profile_key",
-           "known_device_kinds", "resolve_device_kind", "NF4_BYTES_PER_PARAM"]
+           "known_device_kinds", "resolve_device_kind", "NF4_BYTES_PER_PARAM", "explanation_memory",
+           "recompute_forwards"]
 
 SHIPPED_CONSTANTS = Path(__file__).resolve().parents[1] / "assets" / "cost_defaults.yaml"
 GIGA = 1e9
@@ -93,6 +96,12 @@ class Work:
     decoder_tokens: float = 0.0
     #: seconds per sample spent outside the model (the self-test's ``delay_s``)
     wait_s: float = 0.0
+    #: tokens of the task's longest sample where the plan measured them (0: unknown); peak memory is sized for a
+    #: batch of those (:func:`peak_memory`), time for the mean
+    longest_tokens: float = 0.0
+    #: a procedure keeps a float64 copy of the model beside it (metric ``map_sensitivity``; its explanation is
+    #: priced like the others: on GPUs float64 is slower than this says)
+    float64_copy: bool = False
 
 
 def explanation_forwards(cell, arch: Architecture, constants: "CostConstants", n_features: int) -> float:
@@ -114,7 +123,8 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
     :meth:`~palrp_bench.evaluation.tasks.base.TaskAdapter.sample_shape`; None when the task's token count is unknown),
     the explanations and plain forwards each of the cell's procedures adds (:mod:`palrp_bench.evaluation.procedures`:
     e.g. ``nlp_perturbation`` 20 rows, ``vision_perturbation`` 38 and a target-class explanation,
-    ``attnlrp_perturbation`` two curves over the features), and the method's cost per explanation
+    ``attnlrp_perturbation`` two curves over the features, ``map_sensitivity`` one more explanation by the model's
+    float64 copy: :attr:`Work.float64_copy`), and the method's cost per explanation
     (:func:`explanation_forwards`). An unregistered task kind is a one-line error."""
     from ..evaluation.procedures import procedure
     from ..evaluation.tasks import TASK_KINDS
@@ -129,11 +139,12 @@ def sample_work(cell, arch: Architecture, constants: "CostConstants") -> Work | 
     explanations = shape.explanations + sum(p.explanations for p in chosen) if shape.explanations else 0
     explain = explanation_forwards(cell, arch, constants, shape.explain_features) if explanations else 1.0
     return Work(explanations, shape.explain_tokens, forwards, shape.forward_tokens, explain,
-                get_method(cell.method).attributor, shape.decoder_tokens, shape.wait_s)
+                get_method(cell.method).attributor, shape.decoder_tokens, shape.wait_s, shape.longest_tokens,
+                any(p.float64_copy for p in chosen))
 
 
 def _per_token(arch: Architecture, tokens: float) -> float:
-    return arch.body_params + 2.0 * tokens * arch.attention_width * arch.layers
+    return arch.body_params - arch.inactive_params + 2.0 * tokens * arch.attention_width * arch.layers
 
 
 def _forward_work(arch: Architecture, tokens: float, decoder_tokens: float = 0.0) -> float:
@@ -299,19 +310,62 @@ def profile_key(model, arch: Architecture) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ memory
+def explanation_memory(arch: Architecture, tokens: float, batch_size: int, width: int, mem: dict,
+                       checkpoint: str = "none") -> float:
+    """Bytes one batch of explanations keeps for its backward (docs/planning.md "Peak memory", docs/engine.md
+    "Long contexts"), with ``B`` the batch, ``T`` the tokens, ``L`` layers, ``d`` the width, ``r`` the head size and
+    ``w`` bytes per activation::
+
+        none:    B T L ((a_h d + a_f ffn) w + a_s heads min(T, T_s) w)   every layer's activations (fitted)
+        layers:  B T (L d + 4 L r + 2 d + a_h d) w + B c a_f ffn w     the layers' inputs, the RoPE sinks and their
+                                                                      gradients, the embeddings and their gradient,
+                                                                      one recomputed layer, one MLP chunk
+
+    ``c = min(T, 4096 / B)`` tokens (:data:`palrp_bench.lrp.recompute.CHUNK_ROWS`). The ``none`` coefficients were
+    fitted on explanations of up to ``T_s = explain_score_tokens`` (512) tokens; fused attention keeps no scores,
+    so beyond that its score term stays at its ``T_s`` value and the formula grows linearly, as measured on GPUs
+    (docs/planning.md "Peak memory"). The ``layers`` formula has no score term."""
+    from ..lrp.recompute import chunk_tokens
+
+    a_h, a_f = mem.get("explain_per_hidden", 12), mem.get("explain_per_ffn", 4)
+    b, t, d = float(batch_size), float(tokens), float(arch.hidden)
+    if checkpoint == "none":
+        scores = min(t, float(mem.get("explain_score_tokens", 512)))
+        per_token_layer = (a_h * d + a_f * arch.ffn + mem.get("explain_per_score", 2) * arch.heads * scores) * width
+        return b * t * arch.layers * per_token_layer
+    head = arch.attention_width / max(arch.heads, 1)
+    kept = (arch.layers * d + 4 * arch.layers * head + 2 * d + a_h * d) * width
+    chunk = min(t, float(chunk_tokens(int(batch_size))))
+    return b * t * kept + b * chunk * a_f * arch.ffn * width
+
+
+def recompute_forwards(cell, work: Work) -> float:
+    """Forwards one explanation adds under ``runner.checkpoint=layers``: one per backward (each backward recomputes
+    every layer once)."""
+    from ..attributors import method_passes
+    from ..methods.registry import get_method
+
+    method = get_method(cell.method)
+    return float(method_passes(method, method.params_for(cell.task), round(work.explain_tokens))[1])
+
+
 def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants, device: str,
-                batch_size: int, forward_batch_size: int) -> float:
+                batch_size: int, forward_batch_size: int, checkpoint: str = "none") -> float:
     """Estimated peak bytes of a job::
 
         runtime (CPU only) + weights + max(explanation, forward chunk)
-        explanation   = batch_size * T_e * L * ((a_h * d + a_f * ffn) * w + a_s * heads * T_e * w)
+        explanation   = explanation_memory(...)       (none: batch_size * T_e * L * ((a_h d + a_f ffn) w + ...))
         forward chunk = rows * T_f * ((f_h * d + f_f * ffn) * w + heads * T_f * w)
 
     ``w``: bytes of the activation dtype; the explanation keeps every layer's activations (and attention
-    scores) for its backward, a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
+    scores) for its backward, or under ``checkpoint="layers"`` each layer's input and one layer's activations
+    (:func:`explanation_memory`), a perturbation forward chunk of ``rows = min(forward_batch_size, F * batch_size)``
     only one layer's; an attributor with its own memory formula (ALTI and ALTI-Logit: no backward through the model,
-    :func:`palrp_bench.attributors.alti.alti_memory`) holds that instead. Weights:
-    by dtype, NF4 layers at :data:`NF4_BYTES_PER_PARAM`."""
+    :func:`palrp_bench.attributors.alti.alti_memory`) holds that instead. Weights: by dtype, NF4 layers at
+    :data:`NF4_BYTES_PER_PARAM`. ``T_e`` and ``T_f`` are the work's mean tokens, or its longest sample's where
+    measured (``Work.longest_tokens``: batches hold samples of similar length, so the longest ones meet in one
+    batch). With :attr:`Work.float64_copy` (metric ``map_sensitivity``) the weights take 8 bytes per parameter more
+    and the explanation's activations 8 bytes per value (the float64 one is the larger)."""
     if arch.family == "none":
         return float(constants.memory.get("runtime_bytes", 0)) if not str(device).startswith("cuda") else 0.0
     import torch
@@ -323,19 +377,21 @@ def peak_memory(model, arch: Architecture, work: Work, constants: CostConstants,
     weights = (arch.params - quantized) * width + quantized * NF4_BYTES_PER_PARAM
     mem = constants.memory
     explain = 0.0
+    t_e, t_f = max(work.explain_tokens, work.longest_tokens), max(work.forward_tokens, work.longest_tokens)
     memory = attributor_spec(work.attributor).memory
     if work.explanations and memory is not None:
-        explain = memory(arch, work.explain_tokens, batch_size, width)
+        explain = memory(arch, t_e, batch_size, width)
     elif work.explanations:
-        per_token_layer = ((mem.get("explain_per_hidden", 12) * arch.hidden + mem.get("explain_per_ffn", 4) * arch.ffn)
-                           + mem.get("explain_per_score", 2) * arch.heads * work.explain_tokens) * width
-        explain = batch_size * work.explain_tokens * arch.layers * per_token_layer
+        explain = explanation_memory(arch, t_e, batch_size, width, mem, checkpoint)
     forward = 0.0
     if work.forwards:
         rows = min(forward_batch_size, math.ceil(work.forwards * batch_size))
         per_token = ((mem.get("forward_per_hidden", 6) * arch.hidden + mem.get("forward_per_ffn", 3) * arch.ffn)
-                     + arch.heads * work.forward_tokens) * width
-        forward = rows * work.forward_tokens * per_token
+                     + arch.heads * t_f) * width
+        forward = rows * t_f * per_token
+    if work.float64_copy:
+        weights += arch.params * 8
+        explain = max(explain, explain * 8 / width)
     runtime = 0.0 if str(device).startswith("cuda") else float(mem.get("runtime_bytes", 0))
     return runtime + weights + max(explain, forward)
 
@@ -381,11 +437,12 @@ def _as_cell(cell_or_model, task=None, metrics=None, method: str = "pa_lrp"):
 
 def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, metrics=None,
              method: str = "pa_lrp", batch_size: int = 8, forward_batch_size: int = 64,
-             constants: CostConstants | None = None, kind: str | None = None) -> Estimate:
+             constants: CostConstants | None = None, kind: str | None = None, checkpoint: str = "none") -> Estimate:
     """Time and peak memory of ``n_samples`` samples of a cell (a :class:`~palrp_bench.runner.plan.Cell`, or a
     model config with ``task=`` and optional ``metrics=`` / ``method=``) on ``device`` (``cpu``, ``cuda:0``;
     ``kind`` overrides the detected device kind) in batches of ``batch_size`` (time: one batch overhead per batch;
-    memory: a full batch). See the module docstring for the formulas."""
+    memory: a full batch) with ``runner.checkpoint`` = ``checkpoint`` (``layers``: one forward more per backward,
+    :func:`recompute_forwards`; memory :func:`explanation_memory`). See the module docstring for the formulas."""
     constants = constants or load_constants()
     cell = _as_cell(cell_or_model, task, metrics, method)
     kind = kind or device_kind(device, cpu_detail=True)
@@ -395,8 +452,10 @@ def estimate(cell_or_model, n_samples: int, device: str = "cpu", *, task=None, m
             f"architecture of {cell.model.name} unknown: its checkpoint is not here; set model.base_model=<hub id>"))
     key = profile_key(cell.model, arch)
     work = sample_work(cell, arch, constants)
+    if work is not None and work.explanations and checkpoint != "none":
+        work = replace(work, explain_forwards=work.explain_forwards + recompute_forwards(cell, work))
     peak = (peak_memory(cell.model, arch, work, constants, device, min(batch_size, max(n_samples, 1)),
-                        forward_batch_size) if work is not None else None)
+                        forward_batch_size, checkpoint) if work is not None else None)
     profile = constants.profile(kind, key)
     base = Estimate(n_samples, None, None, None, None, peak, kind, key, work=work, batch_size=int(batch_size))
     if work is None:

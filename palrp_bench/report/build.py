@@ -4,7 +4,8 @@ tests, plots.
 Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV files (the table numbers are then
 computed from them with :func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them).
 Output in ``out_dir`` (default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``,
-``paired.csv``, ``curves_*.png`` and ``gallery_*.png``. Each input run directory also gets its ``metrics.csv`` and
+``paired.csv``, ``curves_*.png`` and ``gallery_*.png`` (and ``report.html`` on request; :func:`write_run_html`
+writes a run's own ``<run_dir>/report.html``). Each input run directory also gets its ``metrics.csv`` and
 ``metrics.json`` refreshed with the published numbers of this version (:mod:`palrp_bench.metrics.published`).
 """
 from __future__ import annotations
@@ -17,9 +18,10 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import metric_samples, table_metrics
-from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, run_dir_lock
 from ..metrics.metrics_json import write_metrics_files
 from ..metrics.published import attach_published, load_published
+from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, published_withheld, run_dir_lock
+from .html import DEFAULT_MAX_MB, HTML_NAME, write_html
 from .stats import N_PERMUTATIONS
 from .tables import (REPRODUCED_ONLY, comparison_frame, latex, markdown, paired_frame, paired_tables, paper_tables,
                      reproduced_only, tie_break_frame, tie_break_table)
@@ -100,9 +102,41 @@ def refresh_run_files(run_dir: Path, metrics: pd.DataFrame) -> list[Path]:
         return list(write_metrics_files(run_dir, rows, manifest))
 
 
-def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> ReportResult:
+def write_run_html(run_dir: Path, report_cfg=None, max_mb: float | None = None) -> Path:
+    """``<run_dir>/report.html`` (:mod:`palrp_bench.report.html`) from the run's files: written at the end of every
+    run unless ``runner.html=false``. ``max_mb`` bounds the embedded explanations."""
+    confidence = float(_option(report_cfg, "confidence", 0.95))
+    n_boot = int(_option(report_cfg, "n_boot", 1000))
+    df, metrics, run_dirs = _read_inputs([Path(run_dir)], confidence, n_boot)
+    published = load_published(_option(report_cfg, "paper_dir", None))
+    withheld = _withheld(run_dirs)
+    metrics = attach_published(metrics, published, withheld)
+    return _write_html(Path(run_dir) / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot, max_mb,
+                       withheld=withheld)
+
+
+def _withheld(run_dirs: list[Path]) -> dict:
+    """The models of ``run_dirs`` that are not the paper's checkpoint (:func:`palrp_bench.rundir.published_withheld`)."""
+    return {key: reason for run_dir in run_dirs for key, reason in published_withheld(run_dir).items()}
+
+
+def _write_html(path: Path, df, metrics, published, run_dirs, confidence: float, n_boot: int, max_mb,
+                paired: pd.DataFrame | None = None, withheld: dict | None = None) -> Path:
+    samples = metric_samples(df)
+    if paired is None:
+        paired = paired_frame(samples, confidence, n_boot)
+    note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot, n_perm=N_PERMUTATIONS)
+    return write_html(path, df, metrics, run_dirs, confidence,
+                      paper=paper_tables(metrics, published, confidence, withheld),
+                      paired=paired_tables(paired, confidence), note=note, samples=samples,
+                      max_mb=DEFAULT_MAX_MB if max_mb is None else float(max_mb))
+
+
+def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html: bool = False,
+                 html_max_mb: float | None = None) -> ReportResult:
     """Tables, paired comparisons and plots of the runs / CSVs in ``paths`` under ``report_cfg``
-    (:class:`~palrp_bench.schema.ReportConfig` or anything with the same attributes)."""
+    (:class:`~palrp_bench.schema.ReportConfig` or anything with the same attributes); with ``html`` also
+    ``report.html`` in the output folder (:mod:`palrp_bench.report.html`)."""
     confidence = float(_option(report_cfg, "confidence", 0.95))
     n_boot = int(_option(report_cfg, "n_boot", 1000))
     gallery = list(_option(report_cfg, "gallery_ids", []) or [])
@@ -112,14 +146,15 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
     out_dir.mkdir(parents=True, exist_ok=True)
 
     published = load_published(_option(report_cfg, "paper_dir", None))
-    metrics = attach_published(metrics, published)
+    withheld = _withheld(run_dirs)
+    metrics = attach_published(metrics, published, withheld)
     files: list[Path] = []
     for run_dir in run_dirs:
         files += refresh_run_files(run_dir, metrics)
-    comparison = comparison_frame(metrics, published)
+    comparison = comparison_frame(metrics, published, withheld)
     paired = paired_frame(metric_samples(df), confidence, n_boot)
-    paper = paper_tables(metrics, published, confidence)
-    only = reproduced_only(metrics, published, confidence)
+    paper = paper_tables(metrics, published, confidence, withheld)
+    only = reproduced_only(metrics, published, confidence, withheld)
     pairs = paired_tables(paired, confidence)
 
     note = _METHOD_NOTE.format(conf=int(round(confidence * 100)), n_boot=n_boot, n_perm=N_PERMUTATIONS)
@@ -144,6 +179,9 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True) -> R
     comparison.to_csv(out_dir / "comparison.csv", index=False)
     paired.to_csv(out_dir / "paired.csv", index=False)
     files += [out_dir / "comparison.csv", out_dir / "paired.csv"]
+    if html:
+        files.append(_write_html(out_dir / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot,
+                                 html_max_mb, paired, withheld))
     if plots and not df.empty:
         from .plots import plot_curves, plot_gallery
 

@@ -5,6 +5,7 @@ run's ``metrics.csv`` / ``metrics.json`` with the published numbers.
 
     palrp-bench-report                       # the newest run under ./runs
     palrp-bench-report runs/2025-01-01_12-00-00 other/results.csv --confidence 0.9 --out report/
+    palrp-bench-report runs/2025-01-01_12-00-00 --html   # also report.html: tables, curves, sample explorer
 
 Also reachable as ``palrp-bench mode=report run_dir=<run>``. Errors are one line and exit code 2.
 """
@@ -19,6 +20,26 @@ from ..errors import MissingDataError, PalrpError
 from .build import build_report
 
 
+#: ``--help``'s description: the module docstring's first paragraph, whole, without reST markup
+DESCRIPTION = " ".join(__doc__.split("\n\n")[0].replace("``", "").split())
+
+
+def written_line(files: list[Path], out_dir: Path) -> str:
+    """What the report command wrote, every file by name (no "..."): the tables, the curve plots, the heatmap
+    galleries (those in ``out_dir`` relative to it), then the refreshed run files; one line per kind."""
+    out_dir = Path(out_dir)
+    inside = [Path(f).relative_to(out_dir).as_posix() for f in files if Path(f).parent == out_dir]
+    kinds = [("curve plots", [n for n in inside if n.startswith("curves_") and n.endswith(".png")]),
+             ("heatmap galleries", [n for n in inside if n.startswith("gallery_") and n.endswith(".png")])]
+    plotted = {n for _, names in kinds for n in names}
+    lines = [f"written to {out_dir}/: {', '.join(n for n in inside if n not in plotted)}"]
+    lines += [f"  {len(names)} {kind}: {', '.join(names)}" for kind, names in kinds if names]
+    elsewhere = [str(f) for f in files if Path(f).parent != out_dir]
+    if elsewhere:
+        lines.append(f"refreshed: {', '.join(elsewhere)}")
+    return "\n".join(lines)
+
+
 def latest_run(root: Path) -> Path:
     """The most recently modified run directory under ``root`` that has results."""
     candidates = [p.parent for p in Path(root).glob("*/results.csv")]
@@ -29,7 +50,7 @@ def latest_run(root: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="palrp-bench-report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="palrp-bench-report", description=DESCRIPTION)
     p.add_argument("paths", nargs="*", type=Path, help="run directories or results.csv files (default: newest run)")
     p.add_argument("--runs-root", type=Path, default=Path("runs"), help="where to look for the newest run")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <first run>/report)")
@@ -40,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="folder of published-number CSVs (default: the paper's tables shipped with palrp-bench)")
     p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
     p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
+                   "tables, curves and a sample explorer (opens offline in any browser)")
+    p.add_argument("--html-max-mb", type=float, default=None,
+                   help="most MB of cached explanations report.html embeds (default 30; the rest is listed)")
     return p.parse_args(argv)
 
 
@@ -54,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = SimpleNamespace(confidence=args.confidence, n_boot=args.n_boot,
                               gallery_ids=[s for s in args.gallery_ids.split(",") if s], out_dir=args.out,
                               paper_dir=args.paper_dir)
-        result = build_report(paths, cfg, plots=not args.no_plots)
+        result = build_report(paths, cfg, plots=not args.no_plots, html=args.html, html_max_mb=args.html_max_mb)
     except PalrpError as err:
         print(f"palrp-bench-report: error: {err}", file=sys.stderr)
         return 2
     print(result.text)
-    print(f"\nwritten: {', '.join(str(f) for f in result.files[:6])}" + (" ..." if len(result.files) > 6 else ""))
+    print(f"\n{written_line(result.files, result.out_dir)}")
     return 0
 
 

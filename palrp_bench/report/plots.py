@@ -2,8 +2,10 @@
 
 * :func:`curve_figure` / :func:`plot_curves`: per (run, model, task, curve, variant) the sample-mean curve of every
   method with a band (the pointwise confidence interval of the mean over samples, Student t, at the report's
-  confidence), each method in its own line style and marker so equal curves stay visible, and the method's table
-  number from ``metrics.csv`` in the legend (the area whose curve it is: AUAC, AU-MSE, vision AUC).
+  confidence), each method in its own colour (line and band, the same in every plot of a report), line style and
+  marker so equal curves stay visible, and the method's table number from ``metrics.csv`` in the legend (the area
+  whose curve it is: AUAC, AU-MSE, vision AUC); the x axis says whether the fraction counts tokens kept or removed
+  (pixels: most or least relevant removed first), the y axis what is measured.
 * :func:`gallery_figure` / :func:`plot_gallery`: per (run, model, task) a grid of fixed sample ids (rows) x methods
   (columns) from the explanation cache the runner saved (``cells/<model>/<task>/<method>/explanations``).
   Each map is shown as the evaluation uses it, divided by its largest absolute value (perturbation order and the
@@ -31,6 +33,44 @@ from ..rundir import explanation_file, read_explanation
 #: line styles and markers cycled over the methods of a curve plot (distinct even when curves coincide)
 LINE_STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+#: what the axes of each raw curve show: the y label, and per variant what the x fraction counts (docs/protocol.md
+#: sections 2 and 3: generation puts the most relevant tokens back into an all-UNK input, pruning replaces the least
+#: relevant ones by UNK; positive perturbation removes the most relevant pixels first, negative the least relevant)
+CURVE_AXES = {
+    "ac": ("AC: probability of the tracked output",
+           {"generation": "fraction of tokens kept (most relevant first, the rest UNK)",
+            "pruning": "fraction of tokens removed (least relevant first, replaced by UNK)"}),
+    "mse": ("MSE: squared change of the tracked logit",
+            {"generation": "fraction of tokens kept (most relevant first, the rest UNK)",
+             "pruning": "fraction of tokens removed (least relevant first, replaced by UNK)"}),
+    "agreement": ("agreement with the original prediction (share of images)",
+                  {"positive": "fraction of pixels removed (most relevant first)",
+                   "negative": "fraction of pixels removed (least relevant first)"}),
+    "accuracy": ("top-1 accuracy on the ground-truth class (share of images)",
+                 {"positive": "fraction of pixels removed (most relevant first)",
+                  "negative": "fraction of pixels removed (least relevant first)"}),
+}
+
+
+def curve_axes(curve: str, variant: str) -> tuple[str, str]:
+    """``(x label, y label)`` of a raw curve and variant (:data:`CURVE_AXES`; an unknown curve: its name)."""
+    y, xs = CURVE_AXES.get(curve, (curve, {}))
+    return xs.get(variant, f"fraction perturbed ({variant})"), y
+
+
+def method_colours(methods) -> dict[str, tuple]:
+    """One colour per method, distinct for up to 20 (``tab10``, then ``tab20``; more: evenly spaced on
+    ``gist_rainbow``), assigned in sorted order so that a method has the same colour in every plot of a report."""
+    plt = _mpl()
+    methods = sorted(dict.fromkeys(str(m) for m in methods))
+    n = len(methods)
+    if n <= 10:
+        colours = plt.get_cmap("tab10").colors
+    elif n <= 20:
+        colours = plt.get_cmap("tab20").colors
+    else:
+        colours = [plt.get_cmap("gist_rainbow")(i / n) for i in range(n)]
+    return {m: tuple(colours[i]) for i, m in enumerate(methods)}
 SEQUENTIAL_CMAP = "inferno_r"
 DIVERGING_CMAP = "RdBu_r"
 
@@ -85,13 +125,17 @@ def mean_band(curves: np.ndarray, confidence: float) -> tuple[np.ndarray, np.nda
     return mean, low, high
 
 
-def curve_figure(curves: pd.DataFrame, numbers: pd.DataFrame | None, title: str, confidence: float = 0.95):
+def curve_figure(curves: pd.DataFrame, numbers: pd.DataFrame | None, title: str, confidence: float = 0.95,
+                 colours: dict | None = None):
     """The figure of one curve: ``curves`` are the tidy rows of one (run, model, task, metric, variant);
-    ``numbers`` the matching ``metrics.csv`` rows (for the legend)."""
+    ``numbers`` the matching ``metrics.csv`` rows (for the legend); ``colours``: method -> colour of its line and
+    band (default :func:`method_colours` of the plotted methods). The axes say what is plotted
+    (:func:`curve_axes`)."""
     plt = _mpl()
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     curve, variant = curves["metric"].iloc[0], str(curves["variant"].iloc[0])
     table = table_metric_of(curve, variant)
+    colours = colours or method_colours(curves["method"].unique())
     for k, (method, mdf) in enumerate(curves.groupby("method", sort=True)):
         wide = mdf.pivot_table(index="sample_id", columns="step", values="value", aggfunc="first", dropna=False)
         steps = wide.columns.to_numpy(dtype=np.float64)
@@ -102,11 +146,13 @@ def curve_figure(curves: pd.DataFrame, numbers: pd.DataFrame | None, title: str,
                           & (numbers["variant"].astype(str) == table[1])]
             if len(hit) and np.isfinite(hit["value"].iloc[0]):
                 label += f" ({table[0]} {hit['value'].iloc[0]:.3f})"
-        line, = ax.plot(steps, mean, linestyle=LINE_STYLES[k % len(LINE_STYLES)],
-                        marker=MARKERS[k % len(MARKERS)], ms=3.5, lw=1.4, label=label, alpha=0.9)
-        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-    ax.set_xlabel("fraction of tokens" if curve in ("ac", "mse") else "fraction of pixels removed")
-    ax.set_ylabel(curve)
+        colour = colours[str(method)]
+        ax.plot(steps, mean, linestyle=LINE_STYLES[k % len(LINE_STYLES)], marker=MARKERS[k % len(MARKERS)],
+                ms=3.5, lw=1.4, label=label, alpha=0.9, color=colour)
+        ax.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+    xlabel, ylabel = curve_axes(curve, variant)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7, title=f"band: {int(round(confidence * 100))}% CI of the mean", title_fontsize=7)
     fig.tight_layout()
@@ -121,12 +167,13 @@ def plot_curves(df: pd.DataFrame, metrics: pd.DataFrame | None, out_dir: Path, c
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     curves = df[df["metric"].isin(curve_inputs())]
+    colours = method_colours(curves["method"].unique())  # one colour per method across the report's plots
     for (run, model, task, metric, variant), sub in curves.groupby(["run", "model", "task", "metric", "variant"]):
         numbers = None
         if metrics is not None and not metrics.empty:
             numbers = metrics[(metrics["run"].astype(str) == str(run)) & (metrics["model"] == model)
                               & (metrics["task"] == task)]
-        fig = curve_figure(sub, numbers, f"{model} / {task}: {metric} ({variant})", confidence)
+        fig = curve_figure(sub, numbers, f"{model} / {task}: {metric} ({variant})", confidence, colours)
         path = out_dir / f"curves_{_slug(run, model, task, metric, variant)}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)

@@ -4,7 +4,9 @@
   (grouped by model where the paper lists several), the paper's columns (task x variant x metric, in the paper's
   order), each split into ``paper`` (the published number) and ``ours`` (``value [low, high]`` from ``metrics.csv``)
   side by side. One table per run setting (protocol, causal, aggregation): Table 3 run causal and non-causal gives
-  two. Rows of the paper that were not reproduced show ``-`` under ``ours``.
+  two. Rows of the paper that were not reproduced show ``-`` under ``ours``. A published number whose metric
+  carries a comparability note (``MetricSpec.note``: the AttnLRP paper's IoU, whose definition is unknown) gets
+  that note as a footnote; our numbers of such a metric have other variants and are reported apart.
 * :func:`cell_tables`: one table per (run, model, task), methods x table metrics: the summary printed after a run
   and the report's "reproduced only" section (cells the paper has no number for).
 * :func:`comparison_frame`: the long form of both (``comparison.csv``), including unreproduced published numbers.
@@ -70,10 +72,12 @@ class Notes:
 
 def interval_text(row, notes: Notes) -> str:
     """``value [low, high]`` of a ``metrics.csv`` row (the interval is lopsided in general, so both ends are
-    printed), with a note marker when the interval has zero width or is missing."""
+    printed), with a note marker when the interval has zero width or is missing; a missing value with a note is a
+    quantity the metric leaves undefined there (``MetricSpec.undefined``): ``undefined`` and its marker."""
     value, low, high = row["value"], row["ci_low"], row["ci_high"]
     if not (isinstance(value, (int, float)) and math.isfinite(value)):
-        return "-"
+        note = row.get("note")
+        return "undefined" + notes.mark(note) if isinstance(note, str) and note.strip() else "-"
     text = f"{fmt(value)} [{fmt(low)}, {fmt(high)}]" if math.isfinite(low) and math.isfinite(high) else fmt(value)
     return text + notes.mark(row.get("note"))
 
@@ -152,13 +156,15 @@ def _unique(values) -> list:
     return list(dict.fromkeys(values))
 
 
-def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float) -> list[Table]:
+def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float,
+                 withheld: dict | None = None) -> list[Table]:
     """One table per paper table and run setting that reproduced at least one of its numbers (module docstring).
 
-    ``metrics``: a ``metrics.csv`` frame (published columns are (re)attached from ``published``)."""
+    ``metrics``: a ``metrics.csv`` frame (published columns are (re)attached from ``published``; the models of
+    ``withheld`` are not the paper's: :func:`~palrp_bench.metrics.published.attach_published`)."""
     if metrics.empty or published.empty:
         return []
-    rep = _cells(attach_published(metrics, published))
+    rep = _cells(attach_published(metrics, published, withheld))
     rep["paper_task_key"] = rep["paper_task"].astype(str).where(
         ~rep["paper_task"].astype(str).isin(["", "nan", "None"]), rep["task"].astype(str))
     tables = []
@@ -195,7 +201,8 @@ def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: flo
                             fields[f] = pub[f].iloc[0]
                     key = tuple(fields[k] for k in PUBLISHED_KEY)
                     paper = pub_index.get(key)
-                    cells.append(fmt(paper["value"]) if paper is not None else "-")
+                    cells.append(fmt(paper["value"]) + notes.mark(_metric_note(paper["metric"]))
+                                 if paper is not None else "-")
                     cells.append(interval_text(ours[key], notes) if key in ours else "-")
                 rows.append(cells)
             index = (pd.MultiIndex.from_tuples(row_keys, names=row_fields) if len(row_fields) > 1
@@ -213,21 +220,34 @@ def paper_tables(metrics: pd.DataFrame, published: pd.DataFrame, confidence: flo
     return tables
 
 
-def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float) -> list[Table]:
-    """:func:`cell_tables` of the rows the paper has no number for (embedded models, extra methods, mAP, ...)."""
-    rep = _cells(attach_published(metrics, published)) if not metrics.empty else metrics
+def _metric_note(metric: str) -> str:
+    """The comparability note of a registered metric (``MetricSpec.note``), empty for others."""
+    from ..metrics.registry import metric_specs
+
+    spec = metric_specs().get(metric)
+    return spec.note if spec is not None else ""
+
+
+def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: float,
+                    withheld: dict | None = None) -> list[Table]:
+    """:func:`cell_tables` of the rows the paper has no number for (embedded models, extra methods, mAP, models that
+    are not the paper's checkpoint: ``withheld``, ...)."""
+    rep = _cells(attach_published(metrics, published, withheld)) if not metrics.empty else metrics
     return cell_tables(rep[rep["paper_table"] == ""], confidence) if not rep.empty else []
 
 
-def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame, withheld: dict | None = None) -> pd.DataFrame:
     """Long form: every ``metrics.csv`` row with its published number and difference, plus one row per published
-    number that was not reproduced (``value`` NaN), so a partial run shows what is missing."""
-    rep = attach_published(metrics, published) if not metrics.empty else metrics.copy()
+    number that was not reproduced (``value`` NaN), so a partial run shows what is missing (the rows of a model that
+    is not the paper's checkpoint, ``withheld``, reproduce none)."""
+    rep = attach_published(metrics, published, withheld) if not metrics.empty else metrics.copy()
     numbers = published_numbers(published)
     if not rep.empty:
         paper_task = rep["paper_task"].astype(str).where(~rep["paper_task"].astype(str).isin(["", "nan", "None"]),
                                                          rep["task"].astype(str))
-        seen = set(zip(rep["model"], paper_task, rep["method"], rep["variant"], rep["metric"]))
+        mine = [(str(r), str(m)) not in (withheld or {}) for r, m in zip(rep["run"], rep["model"])]
+        seen = {key for key, own in zip(zip(rep["model"], paper_task, rep["method"], rep["variant"], rep["metric"]),
+                                        mine) if own}
         rep = rep.assign(run_task=rep["task"], task=paper_task)
     else:
         seen = set()

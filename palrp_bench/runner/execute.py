@@ -229,7 +229,8 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         bundle = bundles.get(job.cell.model, device)
         timing["load_model_s"] = round(time.monotonic() - mark, 3)  # 0 when the worker had it loaded already
         cache = ExplanationCache(cell_dir) if job.cache_explanations else None
-        ctx = job.cell.context(device, cache, job.forward_batch_size)
+        ctx = job.cell.context(device, cache, job.forward_batch_size, job.checkpoint)
+        status["checkpoint"] = job.checkpoint
         status["stabilizers"] = ctx.stabilizers_used(bundle.model)
         check_stabilizers_used(job, run_dir, status["stabilizers"])
         status["embeddings"] = ctx.embeddings_used(bundle.model)

@@ -25,7 +25,7 @@ import pandas as pd
 from ..errors import MissingDataError
 from ..metrics.table import table_metrics
 from ..rundir import (MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV,
-                      run_dir_lock)
+                      published_withheld, run_dir_lock)
 from ..atomic_io import write_csv_atomic, write_json_atomic
 from ..metrics.metrics_json import write_metrics_files
 from ..metrics.published import attach_published, load_published
@@ -102,7 +102,8 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
     ``metrics.csv`` is computed from ``results.csv`` as written (:func:`palrp_bench.metrics.table.table_metrics`,
     intervals at ``confidence`` with ``n_boot`` bootstrap resamples), so a report recomputing it from the CSV gets
     the same numbers; the published numbers and the differences to them are attached
-    (:func:`palrp_bench.metrics.published.attach_published`) and ``metrics.json`` holds the same rows."""
+    (:func:`palrp_bench.metrics.published.attach_published`; not to a model that is not the paper's checkpoint,
+    :func:`palrp_bench.rundir.published_withheld`) and ``metrics.json`` holds the same rows."""
     run_dir = Path(run_dir)
     if not (run_dir / "cells").is_dir():
         raise MissingDataError(f"{run_dir} holds no results (no cells/ directory)",
@@ -112,7 +113,8 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
         csv_path = run_dir / RESULTS_CSV
         write_csv_atomic(df, csv_path)
         written = pd.read_csv(csv_path, dtype={"variant": str, "sample_id": str})
-        metrics = attach_published(table_metrics(written, confidence, n_boot), load_published())
+        metrics = attach_published(table_metrics(written, confidence, n_boot), load_published(),
+                                   published_withheld(run_dir))
         invocations = [json.loads(p.read_text()) for p in sorted((run_dir / "invocations").glob("*.json"))]
         manifest = {
             "run": run_dir.name,

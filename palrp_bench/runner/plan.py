@@ -8,11 +8,15 @@ method given) or filter the experiment's cells.
 An experiment may set what its paper ran with: a block's ``dtype`` replaces its models' dtype in its cells (also
 for a single cell of the experiment named on the command line, unless the command line sets ``model.dtype``), and
 the experiment's ``stabilizers`` apply when the command line sets none (``evidence_table1``: float64 on sva and ra, exact rules; docs/evidence.md).
+
+``model=hf`` is resolved from its checkpoint, and a model that is not the paper's checkpoint of the shipped config it
+borrows runs in float32 unless ``model.dtype`` is on the command line (:mod:`.model_identity`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -21,13 +25,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import catalog
 from ..errors import BadInputError
+from ..lrp.recompute import check_checkpoint
 from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..numerics import resolve_tf32
-from ..rundir import cell_directory
+from ..rundir import MAP_SENSITIVITY_METRIC, cell_directory
 from ..schema import DType, ModelConfig, TaskConfig
 from .batching import check_batch_size
+from .model_identity import PaperIdentity, paper_identity, resolve_model
 from .sharding import check_shard
 from .store import store_name
+
+log = logging.getLogger("palrp_bench.runner")
 
 
 def _plain(value):
@@ -65,6 +73,9 @@ class Cell:
     tf32: str = "conv"
     #: the run's ``embeddings`` switch as asked (``full`` / ``partial``); where it applies: :attr:`embeddings_setting`
     embeddings: str = "full"
+    #: whether the model is the paper's checkpoint of its shipped config (None: no shipped config has its name);
+    #: recorded in ``cell.json``, read where published numbers are attached (:mod:`.model_identity`)
+    identity: PaperIdentity | None = None
 
     @property
     def stabilizer_choice(self) -> str:
@@ -102,14 +113,15 @@ class Cell:
     def directory(self, run_dir: Path) -> Path:
         return cell_directory(run_dir, self.model.name, self.task.name, self.method)
 
-    def context(self, device: str, cache, forward_batch_size: int):
+    def context(self, device: str, cache, forward_batch_size: int, checkpoint: str = "none"):
         """The :class:`~palrp_bench.evaluation.tasks.base.JobContext` task adapters receive."""
         from ..evaluation.tasks.base import JobContext
 
         return JobContext(task=self.task, method=self.method, rules=self.rules, aggregation=self.aggregation,
                           protocol=self.protocol, metrics=self.metrics, device=device, cache=cache,
                           forward_batch_size=forward_batch_size, tie_break=self.tie_break,
-                          stabilizers=self.stabilizers, seed=self.seed, embeddings=self.embeddings)
+                          stabilizers=self.stabilizers, seed=self.seed, embeddings=self.embeddings,
+                          checkpoint=checkpoint)
 
     def settings(self) -> dict:
         """The settings that change per-sample values (stored in ``cell.json``; resuming with other values is
@@ -156,7 +168,8 @@ class Cell:
                 "protocol": self.protocol, "causal": bool(self.task.causal), "tie_break": self.tie_break,
                 "stabilizers": self.stabilizer_choice, "tf32": self.tf32, "embeddings": self.embeddings_setting,
                 "aggregation": self.aggregation, "rules": self.rules,
-                "fingerprint": self.fingerprint(), "settings": self.settings()}
+                "fingerprint": self.fingerprint(), "settings": self.settings(),
+                **({"paper_checkpoint": self.identity.record()} if self.identity is not None else {})}
 
 
 @dataclass
@@ -170,6 +183,8 @@ class Job:
     batch_size: int | str = 8  # or "auto" (runner/batching.py)
     forward_batch_size: int = 64
     cache_explanations: bool = True
+    #: ``runner.checkpoint``: ``none`` or ``layers`` (palrp_bench/lrp/recompute.py); never changes a sample's numbers
+    checkpoint: str = "none"
 
     @property
     def name(self) -> str:
@@ -245,6 +260,8 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
 
     cells: list[Cell] = []
     seen: set[str] = set()
+    map_sensitivity = bool(cfg.runner.get("map_sensitivity", False))
+    without_map_sensitivity: list[str] = []
     for model_name, task_name, method_name, block_metrics, block_dtype in triples:
         model = _to_object(cfg.model, ModelConfig) if "model" in chosen else catalog.load("model", model_name)
         task = _to_object(cfg.task, TaskConfig) if "task" in chosen else catalog.load("task", task_name)
@@ -255,6 +272,13 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
                                                                      ModelConfig).dtype):
             # the block's dtype, unless the command line set model.dtype (a value other than the config file's)
             model = replace(model, dtype=DType(getattr(block_dtype, "value", block_dtype)))
+        model = resolve_model(model)  # model=hf: kind and name from the checkpoint's config.json
+        identity = paper_identity(model)
+        if (identity is not None and identity.matches is False and model.dtype != DType.float32
+                and not _dtype_told(model)):
+            log.info("model %s: %s; it runs in float32, not the paper config's %s (model.dtype=... to choose)",
+                     model.name, identity.reason, model.dtype.value)
+            model = replace(model, dtype=DType.float32)
         method = get_method(method_name)
         modality = MODEL_MODALITY.get(model.kind.value)
         if modality is not None:  # e.g. a ViT-only composite on a language model: refused before any job runs
@@ -277,10 +301,16 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
             metrics = (metric_choice,)
         if not metrics:
             raise BadInputError(f"task {task.name!r} has no metrics", "list them in its task config (metrics: [...])")
+        if map_sensitivity and MAP_SENSITIVITY_METRIC not in metrics:
+            if _metric_applies(MAP_SENSITIVITY_METRIC, task) and model.quantization.value == "none":
+                metrics = (*metrics, MAP_SENSITIVITY_METRIC)
+            else:  # the evidence and seq2seq kinds, the self-test, NF4 models (no float64 copy)
+                without_map_sensitivity.append(f"{model.name}/{task.name}")
         cell = Cell(model=model, task=task, method=method_name, metrics=metrics, protocol=protocol,
                     aggregation=cfg.aggregation.value if isinstance(cfg.aggregation, Enum) else str(cfg.aggregation),
                     rules=cfg.rules, seed=int(cfg.seed), stabilizers=stabilizers, tf32=tf32, embeddings=embeddings,
-                    tie_break=tie_break if _metric_applies("vision_perturbation", task) else None)
+                    tie_break=tie_break if _metric_applies("vision_perturbation", task) else None,
+                    identity=identity)
         if cell.key in seen:
             continue
         seen.add(cell.key)
@@ -288,7 +318,24 @@ def plan_cells(cfg: DictConfig) -> list[Cell]:
     if not cells:
         raise BadInputError(f"metric={metric_choice} applies to none of the selected cells",
                             "choose a metric that fits the tasks (see configs/metric/)")
+    if without_map_sensitivity:
+        from ..evaluation.procedures import procedure
+
+        log.warning("runner.map_sensitivity: no float64 maps for %s (the metric applies to the task kinds %s of "
+                    "unquantized models)", ", ".join(sorted(set(without_map_sensitivity))),
+                    ", ".join(procedure(MAP_SENSITIVITY_METRIC).applies_to))
     return cells
+
+
+def _dtype_told(model: ModelConfig) -> bool:
+    """Whether the command line chose the dtype of ``model`` (named after a shipped config): Hydra's record of the
+    overrides says ``model.dtype=``, or the dtype differs from the shipped config's (outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and any(o.split("=", 1)[0].lstrip("+~") == "model.dtype"
+                                         for o in HydraConfig.get().overrides.task):
+        return True
+    return model.dtype != _to_object(catalog.load("model", model.name), ModelConfig).dtype
 
 
 def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
@@ -314,8 +361,9 @@ def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
     if runner.forward_batch_size < 1:
         raise BadInputError(f"runner.forward_batch_size must be >= 1, got {runner.forward_batch_size}",
                             "set runner.forward_batch_size to a positive integer")
+    checkpoint = check_checkpoint(getattr(runner, "checkpoint", None))
     jobs = [Job(cell, s, int(n_shards), runner.max_samples, batch_size, int(runner.forward_batch_size),
-                bool(runner.cache_explanations))
+                bool(runner.cache_explanations), checkpoint)
             for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
             for s in shards]
     return jobs

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from ..atomic_io import replacing
 from ..errors import BadInputError
 from ..rundir import explanation_file, read_explanation
 
@@ -198,12 +199,8 @@ class ExplanationCache:
 
     def save(self, sample_id: str, arrays: dict[str, np.ndarray]) -> None:
         """Store ``arrays`` atomically (temporary file + rename)."""
-        final = self.path_for(sample_id)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
+        with replacing(self.path_for(sample_id)) as tmp, open(tmp, "wb") as f:
             np.savez_compressed(f, sample_id=np.array(sample_id), **arrays)
-        os.replace(tmp, final)
 
     def load(self, sample_id: str) -> dict[str, np.ndarray] | None:
         """The cached arrays of ``sample_id``, or None."""

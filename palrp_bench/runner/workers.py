@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import traceback
 from pathlib import Path
 
-from ..errors import BadInputError, MissingDataError, PalrpError, UnsupportedModelError
+from ..errors import BadInputError, Interrupted, MissingDataError, PalrpError, UnsupportedModelError
 from .bundles import BundleCache
 from .execute import JobReport, RunProgress, run_job
 from .plan import Job
@@ -68,8 +69,16 @@ def _setup_worker_logging(run_dir: Path, index: int) -> None:
     root.addHandler(handler)
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
 def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", results: "mp.Queue") -> None:
-    """Entry point of a worker process (must stay importable for ``spawn``)."""
+    """Entry point of a worker process (must stay importable for ``spawn``). Ctrl-C reaches the whole process group:
+    a worker ignores it and stops when the parent terminates it (SIGTERM, raised as
+    :class:`~palrp_bench.errors.Interrupted` so that the job's status, store and files close as after Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     run_path = Path(run_dir)
     _setup_worker_logging(run_path, index)
     try:
@@ -89,6 +98,8 @@ def _worker_main(index: int, device: str, run_dir: str, jobs: "mp.Queue", result
             results.put(("ok", index, report, None))
         except PalrpError as err:
             results.put(("error", index, type(err).__name__, str(err)))
+            return
+        except KeyboardInterrupt:  # the parent stopped the invocation (it reports it)
             return
         except BaseException as err:  # noqa: BLE001 - report, then stop this worker
             logging.getLogger("palrp_bench.runner").error("%s failed:\n%s", job.name, traceback.format_exc())

@@ -21,10 +21,11 @@ LIBRARY_ATOL = {"gpt2": 1e-10, "llama": 1e-6}
 
 
 def total(e) -> torch.Tensor:
-    """Token contributions plus every other term of the decomposition, ``[B]``."""
+    """Token scores (the explained token's direct embedding term included) plus the terms that no token gets: MLP
+    outputs, attention output biases and the output bias, ``[B]``."""
     ex = e.extras
     return (e.scores.double().sum(1) + ex["alti_logit_mlp"].sum(1) + ex["alti_logit_attention_bias"].sum(1)
-            + ex["alti_logit_embedding"] + ex["alti_logit_output_bias"])
+            + ex["alti_logit_output_bias"])
 
 
 def gpt2(head="causal"):
@@ -110,7 +111,9 @@ def test_a_contrastive_explanation_is_the_difference_of_the_two_decompositions(f
 
 
 @pytest.mark.parametrize("family,variant", [("mistral", "window"), ("qwen2", "window"), ("qwen3", "window"),
-                                            ("phi3", "partial_window"), ("gpt_neox", "sequential")])
+                                            ("phi3", "partial_window"), ("gpt_neox", "sequential"),
+                                            ("mixtral", "window"), ("qwen2_moe", "shared"), ("olmoe", "gqa"),
+                                            ("deepseek_v3", "lora_grouped")])
 def test_other_pre_norm_decoder_families_decompose_exactly(family, variant):
     model = make_model(family, "causal", variant, dtype=torch.float64)
     ids = decoder_ids(2, 9, seed=1)

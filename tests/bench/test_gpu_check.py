@@ -216,3 +216,143 @@ def test_a_real_pytest_run_becomes_one_row_with_the_failing_test_named(tmp_path)
     tests.write_text("def test_passes():\n    assert True\n")
     row = gpu_check.pytest_row(check, "tests", "tests", [str(tests)])
     assert (row.status, row.note) == (OK, "1 passed, 0 skipped")
+
+
+# ------------------------------------------------------------------------------------------------ --quick
+def test_quick_selects_one_target_per_paper_table():
+    """Every table of the rehearsal's projection (Appendix F shares Table 4's key) has one designated target that
+    prices it; the quick defaults run the suite and the hours step only, in their time boxes, with 64 samples timed
+    after a first batch on CUDA; each default can be overridden."""
+    targets = {t.name: t for t in gpu_check.rehearse.TARGETS}
+    assert list(gpu_check.QUICK_TARGETS) == list(gpu_check.rehearse.TABLE_CELLS)
+    for table, name in gpu_check.QUICK_TARGETS.items():
+        assert table in targets[name].tables, (table, name)
+    assert "table4+appendix_f" in gpu_check.QUICK_TARGETS  # Appendix F: the same DeiT run as Table 4
+    args = gpu_check.parse_args(["--quick"])
+    assert args.targets == gpu_check.quick_targets() and len(args.targets) == 5
+    assert set(args.skip) == {"calibrate", "rehearse", "bench"} and args.box == gpu_check.QUICK_BOXES
+    assert args.hours_samples - int(args.batch_size) >= 64
+    assert sum(gpu_check.QUICK_BOXES.values()) <= 9 * 60
+    check = gpu_check.Check(args, REPO / "gpu_check" / "stamp")
+    assert [t.name for t in check.targets()] == [  # cheapest first: what a small target leaves goes to the large
+        "deit_base_imagenet", "deit_base_imagenet_seg", "tinyllama_imdb_csv", "llama2_7b_imdb", "llama3_8b_mcqa"]
+    assert check.scratch == REPO / "rehearsal" / "gpu_check" / "stamp"
+    mine = gpu_check.parse_args(["--quick", "--device", "cpu", "--targets", "deit_tiny_imagenet_seg",
+                                 "--box", "suite=10,hours=5.5", "--skip", "bench"])
+    assert mine.targets == ["deit_tiny_imagenet_seg"] and mine.box == {"suite": 10.0, "hours": 5.5}
+    assert mine.skip == ["bench"] and (mine.hours_samples, mine.batch_size) == (4, "2")
+    full = gpu_check.parse_args([])
+    assert full.skip == [] and full.box == {} and len(full.targets) == len(targets)
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--box", "suite"])
+
+
+def test_the_suite_uses_the_cores_and_quick_runs_it_once(monkeypatch):
+    monkeypatch.delenv("PYTEST_WORKERS", raising=False)
+    assert gpu_check.suite_workers() == ["-n", "auto"]
+    monkeypatch.setenv("PYTEST_WORKERS", "14")
+    assert gpu_check.suite_workers() == ["-n", "14"]
+    calls = []
+    monkeypatch.setattr(gpu_check, "pytest_row", lambda check, name, label, paths, extra_env=None:
+                        calls.append(name) or Row("suite", label, OK))
+    check = argparse.Namespace(args=argparse.Namespace(tests=None, quick=True))
+    assert [r.status for r in gpu_check.suite_step(check)] == [OK, SKIPPED, SKIPPED] and calls == ["tests"]
+
+
+def test_a_command_is_stopped_at_its_time_box(tmp_path):
+    log = tmp_path / "sleep.log"
+    code, wall = gpu_check._run([sys.executable, "-c", "import time; time.sleep(60)"], log, {}, timeout=0.5)
+    assert code == gpu_check.TIMED_OUT and wall < gpu_check.GRACE_S
+
+
+def test_a_suite_stopped_at_its_box_reports_what_it_finished(tmp_path, monkeypatch):
+    tests = tmp_path / "test_slow.py"
+    tests.write_text("import time\n\ndef test_fast():\n    assert True\n\n"
+                     "def test_slow():\n    time.sleep(60)\n")
+    args = argparse.Namespace(work=tmp_path / "work", tests=None, quick=True, box={"suite": 12.0})
+    check = gpu_check.Check(args, tmp_path / "out")
+    check.deadline = check.clock() + 12.0  # pytest's start-up takes seconds on a loaded machine
+    monkeypatch.setenv("PYTEST_WORKERS", "0")  # in one process (-n 0)
+    row = gpu_check.pytest_row(check, "tests", "tests", [str(tests)])
+    assert row.status == gpu_check.PARTIAL and row.wall_s < 12.0 + gpu_check.GRACE_S
+    assert row.note.startswith("stopped at the 12 s time box: 1 passed") and row.note.endswith("so far"), row.note
+    assert Path(row.log) == tmp_path / "out" / "suite.log"  # --quick: the one log that comes back
+
+
+def test_the_hours_targets_share_the_time_box(monkeypatch, tmp_path):
+    """Each target gets its fair share of what is left of the step's box (at least MIN_TARGET_S), what a fast
+    target leaves goes to the next, and once less than MIN_TARGET_S is left the other targets are skipped rows."""
+    clock = [0.0]
+    caps = []
+
+    def fake_run_target(target, args, work, out=None):
+        caps.append((target.name, args.max_minutes * 60, args.grace_s))
+        clock[0] += {"deit_tiny_imagenet": 60.0, "deit_tiny_imagenet_seg": 15.0}.get(target.name, 1.0)
+        if target.name == "deit_tiny_imagenet_seg":  # stopped at its cap within the first batch
+            return gpu_check.rehearse.Measured(target.name, "capped", samples=8, per_sample_s=1.0, wall_s=20.0)
+        return gpu_check.rehearse.Measured(target.name, "ok", samples=72, per_sample_s=0.1, steady_sample_s=0.1,
+                                           warmup_samples=8, wall_s=5.0, log="")
+
+    monkeypatch.setattr(gpu_check.rehearse, "run_target", fake_run_target)
+    monkeypatch.setattr(gpu_check.bench_gpu, "target_flops", lambda target, work: 1.0e9)
+    args = gpu_check.parse_args(["--quick", "--device", "cpu", "--targets",
+                                 "deit_tiny_imagenet_seg,deit_tiny_imagenet,deit_small_imagenet",
+                                 "--work", str(tmp_path / "work")])
+    check = gpu_check.Check(args, tmp_path / "out")
+    check.clock = lambda: clock[0]
+    check.deadline = 90.0
+    rows = list(gpu_check.hours_step(check))
+    assert caps == [("deit_tiny_imagenet", 30.0, gpu_check.GRACE_S),  # a third of 90 s
+                    ("deit_tiny_imagenet_seg", 20.0, gpu_check.GRACE_S)]  # half of 30 s is below MIN_TARGET_S
+    by_target = {r.target: r for r in rows}
+    assert by_target["deit_tiny_imagenet"].status == OK and by_target["deit_small_imagenet"].status == SKIPPED
+    capped = by_target["deit_tiny_imagenet_seg"]  # the box's decision: partial, not a failure
+    assert capped.status == gpu_check.PARTIAL and "stopped at its share of the time box (20 s)" in capped.note
+    assert "time box ran out" in by_target["deit_small_imagenet"].note
+    assert (tmp_path / "out" / "hours.md").is_file() and (tmp_path / "out" / "rehearse.log").is_file()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["hours.md", "rehearse.log"]
+
+
+def test_quick_leaves_a_few_small_files_written_as_it_goes(monkeypatch, tmp_path):
+    """Without a GPU: the summary is rewritten after every row (a step that dies later loses nothing), the
+    checkpoints and data are built beside the suite, and ``--out`` holds at most 8 files, none in a subfolder."""
+    built = []
+    monkeypatch.setattr(gpu_check.rehearse, "pipeline_overrides", lambda target, work, dtype="config":
+                        built.append(target.name) or [])
+    monkeypatch.setattr(gpu_check, "environment", lambda args: {"started": "now", "cpu": "a CPU", "device": "cpu"})
+    monkeypatch.setenv("PALRP_CACHE_DIR", str(tmp_path / "user-cache"))  # main points it at the check's own
+    out = tmp_path / "out"
+    seen = []
+
+    def steps(check):
+        def suite():
+            yield Row("suite", "tests", OK, note="3 passed", log=str(check.returned("suite.log")))
+            seen.append((out / "summary.md").read_text())  # written before the next row comes
+            check.returned("suite.log").write_text("3 passed\n")
+
+        def hours():
+            assert check.prebuild.wait(10) and check.remaining() is not None
+            yield Row("hours", "deit_base_imagenet", OK, per_sample_s=0.1)
+            raise RuntimeError("a late failure")
+
+        return [("suite", suite), ("hours", hours)]
+
+    monkeypatch.setattr(gpu_check, "steps_for", steps)
+    assert gpu_check.main(["--quick", "--device", "cpu", "--out", str(out), "--work", str(tmp_path / "work")]) == 1
+    assert "| suite | tests | ok |" in seen[0] and "still running" in seen[0]
+    assert built == ["deit_base_imagenet", "deit_base_imagenet_seg", "tinyllama_imdb_csv"]  # 7B / 8B: too large here
+    files = sorted(p.name for p in out.iterdir())
+    assert set(files) <= set(gpu_check.QUICK_FILES) and len(files) <= 8 and all(p.is_file() for p in out.iterdir())
+    assert all(p.stat().st_size < 16 * 1024 ** 2 for p in out.iterdir())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and [r["status"] for r in summary["rows"]][-2:] == [OK, FAILED]
+    assert "RuntimeError: a late failure" in (out / "errors.log").read_text()
+    assert "| hours | deit_base_imagenet | ok |" in (out / "summary.md").read_text()
+
+
+def test_a_file_that_comes_back_is_capped_at_its_end(tmp_path):
+    path = tmp_path / "big.log"
+    path.write_bytes(b"x" * 100 + b"the end")
+    gpu_check._cap_file(path, limit=20)
+    text = path.read_text()
+    assert text.endswith("x" * 13 + "the end") and text.startswith("[first 87 bytes left out")

@@ -85,3 +85,38 @@ def test_each_measurement_stands_beside_the_plans_estimate_for_the_same_command(
     row = next(line for line in text.splitlines() if line.startswith("| tinyllama_imdb_csv "))
     assert "| 3 s (4 s) |" in row and "| 2.0 s (4.0 s) | 0.50 |" in row
     assert not list(tmp_path.iterdir())  # planning writes nothing
+
+
+TINY_LLAMA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0,
+                  bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+
+
+def _random_checkpoint_loads(folder, device):
+    """A checkpoint written shard by shard with its weights drawn on ``device`` loads with the library's own
+    loader: bf16, norms 1, the rest normal with std 0.02, several shards in the index."""
+    import json
+
+    import torch
+    from transformers import LlamaForSequenceClassification
+
+    rehearse._write_sharded_llama(folder, TINY_LLAMA, "classifier", shard_bytes=16 * 1024, device=device)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    model = LlamaForSequenceClassification.from_pretrained(folder)
+    assert model.dtype == torch.bfloat16 and model.config.num_labels == 2
+    weights = torch.cat([p.detach().float().reshape(-1) for n, p in model.named_parameters() if "norm" not in n])
+    assert abs(float(weights.std()) - 0.02) < 2e-3 and abs(float(weights.mean())) < 1e-3
+    assert all(bool((p == 1).all()) for n, p in model.named_parameters() if n.endswith("norm.weight"))
+
+
+def test_random_weights_drawn_on_the_cpu_load(tmp_path):
+    """The CPU twin of the GPU build below (the same code with the CPU as the device)."""
+    _random_checkpoint_loads(tmp_path / "ckpt", "cpu")
+
+
+@pytest.mark.cuda
+def test_random_weights_drawn_on_the_gpu_load(tmp_path):
+    """On a GPU machine the 7B / 8B weights are drawn there (seconds instead of 60-100 s on the CPU)."""
+    assert rehearse.weights_device() == "cuda"
+    _random_checkpoint_loads(tmp_path / "ckpt", "cuda")

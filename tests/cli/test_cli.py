@@ -12,7 +12,9 @@ from runner.harness import NO_GPU, read_results, run_cli
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["model=llama9"], "unknown model 'llama9' -- use one of: .*deit_base"),
+    (["model=llama9"], "unknown model 'llama9' -- did you mean tinyllama, llama3_8b or llama2_7b\\? every model: "
+                       "palrp-bench --help"),
+    (["metric=nlp"], "unknown metric 'nlp' -- use one of: attnlrp_perturbation, .*vision_perturbation$"),
     (["method=attnlrp,foo"], "unknown method 'foo'"),
     (["runner.batchsize=4"], "unknown config key 'runner.batchsize' -- keys of runner: batch_size"),
     (["task.path=/data/x.csv"], "task.path is set but no task is selected -- add task=<name>"),
@@ -62,9 +64,49 @@ def _one_line_error(done, code=2):
 
 
 def test_unknown_model_exits_2_with_one_line(tmp_path):
-    line = _one_line_error(run_cli("model=llama9", cwd=tmp_path))
-    assert "unknown model 'llama9'" in line and "tiny_llama_cls" in line
+    line = _one_line_error(run_cli("model=tinylama", cwd=tmp_path))
+    assert line == ("palrp-bench: error: unknown model 'tinylama' -- did you mean tinyllama, tiny_llama_cls or "
+                    "tiny_llama_causal? every model: palrp-bench --help (your own checkpoint: model=hf "
+                    "model.source=<folder or hub id>)")
     assert not (tmp_path / "runs").exists()
+    help_text = run_cli("--help", cwd=tmp_path).stdout  # where the error points: every model by name
+    assert "tinyllama" in help_text and "tiny_llama_cls" in help_text and "deit_base" in help_text
+
+
+@pytest.mark.parametrize("args,line", [
+    (["-m", "task=synthetic_sentiment", "method=[attnlrp,pa_lrp]", "task.path=my data"],
+     "method=[attnlrp,pa_lrp]: a method takes one name (a list would merge the options into one run) -- run one job "
+     "per method with -m: palrp-bench -m task=synthetic_sentiment method=attnlrp,pa_lrp 'task.path=my data'"),
+    (["model=[tiny_vit,tiny_llama_cls]"], "run one job per model with -m: palrp-bench -m model=tiny_vit,tiny_llama_cls"),
+    (["experiment=[table1]"], "experiment=[table1]: a experiment takes one name, not a list -- write experiment=table1"),
+    (["method=[attnlrp,foo]"], "unknown method 'foo'"),  # every name is checked first
+    (["model=tiny_llama_cls", "method=attnlrp,pa_lrp"],
+     "method=attnlrp,pa_lrp gives several values, which run one job each only with -m -- sweep with: palrp-bench -m "
+     "model=tiny_llama_cls method=attnlrp,pa_lrp"),
+    (["runner.devices=0,1"], "sweep with: palrp-bench -m runner.devices=0,1; for one list value write "
+                             "runner.devices=[0,1]"),
+])
+def test_several_values_where_one_run_takes_one_are_refused_with_the_sweep_command(args, line):
+    with pytest.raises(BadInputError) as err:
+        check_overrides(args)
+    assert line in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_list_of_methods_is_refused_and_the_suggested_sweep_runs_both(tmp_path):
+    """Hydra alone runs `method=[attnlrp,pa_lrp]` as pa_lrp only (a list merges the options), exit 0."""
+    import shlex
+
+    args = ["experiment=selftest", "task=selftest", "task.options.n=3", "runner.quiet=true",
+            f"run_dir={tmp_path / 'r'}"]
+    line = _one_line_error(run_cli(*args, "method=[attnlrp,pa_lrp]", cwd=tmp_path))
+    assert os.listdir(tmp_path) == []  # nothing written
+    command = shlex.split(line.split("run one job per method with -m: ", 1)[1])
+    assert command[:2] == ["palrp-bench", "-m"] and "method=attnlrp,pa_lrp" in command
+    done = run_cli(*command[1:], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(read_results(tmp_path / "r").method) == {"attnlrp", "pa_lrp"}
+    line = _one_line_error(run_cli(*args, "method=attnlrp,pa_lrp", cwd=tmp_path))  # Hydra's "Ambiguous value"
+    assert line.endswith("sweep with: " + shlex.join(["palrp-bench", "-m", *args, "method=attnlrp,pa_lrp"]))
 
 
 @pytest.mark.parametrize("args,match", [
@@ -102,16 +144,50 @@ def test_help_starts_with_what_the_tool_does_and_three_examples(tmp_path):
 
 
 def test_version_is_ours_with_the_git_commit(tmp_path):
+    """``--version`` prints the installed version and, when the package runs from a checkout of this project (its
+    parent holds ``.git`` and ``pyproject.toml``: the CLI's own question, ``cli.checkout_commit``), that
+    checkout's commit. A source tree that is not a checkout, e.g. an unpacked archive inside another git repository,
+    prints no commit, even though ``git rev-parse`` there would name the enclosing repository's."""
     import subprocess
     from importlib import metadata
 
+    from palrp_bench.cli import checkout_commit
     from runner.harness import REPO
 
     done = run_cli("--version", cwd=tmp_path)
     assert done.returncode == 0 and "Hydra" not in done.stdout
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    expected = f"palrp-bench {metadata.version('palrp-bench')}" + (f" (git {head[:12]}" if head else "")
-    assert done.stdout.startswith(expected)  # the commit only when running from a checkout
+    commit = checkout_commit()
+    if (REPO / ".git").exists():  # a checkout (or worktree) of this project: its own commit, whatever encloses it
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        assert head and commit is not None and commit.startswith(head[:12])
+    else:
+        assert commit is None
+    expected = f"palrp-bench {metadata.version('palrp-bench')}" + (f" (git {commit})" if commit else "")
+    assert done.stdout.strip() == expected
+
+
+def test_a_source_tree_inside_another_repository_names_no_commit(tmp_path, monkeypatch):
+    """What the GPU machine had: the project unpacked from an archive inside some other git repository. The CLI
+    asks whether the package's own root is a checkout, not git, so it prints no commit there."""
+    import subprocess
+
+    from palrp_bench import cli
+
+    outer = tmp_path / "outer"
+    package = outer / "palrp" / "palrp_bench"
+    package.mkdir(parents=True)
+    (outer / "palrp" / "pyproject.toml").write_text("[project]\nname = 'palrp-bench'\n")
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "outer"], check=True)
+    monkeypatch.setattr(cli, "__file__", str(package / "cli.py"))
+    assert cli.checkout_commit() is None
+    subprocess.run(["git", "init", "-q", str(outer / "palrp")], check=True)  # now the tree is a checkout itself
+    subprocess.run(["git", "-C", str(outer / "palrp"), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "own"], check=True)
+    own = subprocess.run(["git", "-C", str(outer / "palrp"), "rev-parse", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    assert cli.checkout_commit() == own[:12]
 
 
 def test_batch_size_takes_an_integer_or_auto(tmp_path):
@@ -155,9 +231,20 @@ def test_multirun_sweep_shares_one_run_dir_then_report(tmp_path):
     assert set(df.method) == {"attnlrp", "pa_lrp"} and df.sample_id.nunique() == 8
     assert (run_dir / "logs/palrp-bench.log").exists() and (run_dir / "manifest.json").exists()
     assert re.search(r"\| pa_lrp\s+\| 8\s+\| 0\s+\|", done.stdout)  # the readable summary table
-    report = run_cli("mode=report", f"run_dir={run_dir}", "report.n_boot=200", cwd=tmp_path)
+    # each job prints its own table once, then the sweep prints the whole run (not a growing table per job)
+    jobs, whole = done.stdout.split(f"all 2 jobs of the sweep, {run_dir}:")
+    assert [jobs.count("| attnlrp "), jobs.count("| pa_lrp ")] == [1, 1] and jobs.index("| attnlrp ") < jobs.index(
+        "| pa_lrp ")
+    assert [whole.count("| attnlrp "), whole.count("| pa_lrp ")] == [1, 1]
+    # mode=report without run_dir: the newest run under run_root (as palrp-bench-report), not a new time stamp
+    report = run_cli("mode=report", f"run_root={tmp_path}", "report.n_boot=200", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "## Paired comparisons" in report.stdout and (run_dir / "report/report.tex").exists()
+    written = report.stdout[report.stdout.index(f"written to {run_dir / 'report'}/: report.md"):]
+    plots = sorted(p.name for p in (run_dir / "report").glob("*.png"))
+    assert plots and all(name in written for name in plots) and "..." not in written
+    line = _one_line_error(run_cli("mode=report", f"run_root={tmp_path / 'none'}", cwd=tmp_path))
+    assert f"no finished run under {tmp_path / 'none'}/" in line
 
 
 def test_unreadable_checkpoint_is_one_line(tmp_path):

@@ -20,26 +20,38 @@ def test_synthetic_squad_reports_delta_a_and_iou_with_intervals(tmp_path):
                    "runner.max_samples=6", "runner.quiet=true", f"run_dir={run}", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = pd.read_csv(run / "metrics.csv", dtype={"variant": str})
-    for metric, variant in (("delta_a", "insertion"), ("iou", "default")):
+    for metric, variant in (("delta_a", "insertion"), ("iou", "positive"), ("iou", "top_answer")):
         rows = metrics[(metrics.metric == metric) & (metrics.variant == variant)].set_index("method")
         assert set(rows.index) == set(METHODS), (metric, rows)
         assert np.isfinite(rows[["value", "ci_low", "ci_high"]].to_numpy()).all()
         assert (rows.ci_low <= rows.value).all() and (rows.value <= rows.ci_high).all()
     iou = metrics[metrics.metric == "iou"]
     assert ((iou.value >= 0) & (iou.value <= 1)).all()
+    assert iou.note.str.contains("does not define which tokens its IoU counts").all()
     df = read_results(run)
     assert set(df.task) == {"synthetic_squad"} and (df[df.metric == "correct"].groupby("method").size() == 6).all()
     for table in ("delta_a", "iou"):
         assert table in done.stdout
-    # the report's Table 1 shows the Flan-T5 column next to such numbers: the same rows as if from flan_t5_xl
+    # the report's Table 1 shows the Flan-T5 column next to such numbers: the same rows as if from flan_t5_xl;
+    # delta_a beside the published one, the published IoU with its footnote and no number of ours beside it (the
+    # paper's definition is unknown): ours are in the reproduced-only table, with the same note
+    from palrp_bench.metrics.evidence import IOU_NOTE
     from palrp_bench.metrics.published import load_published
-    from palrp_bench.report.tables import markdown, paper_tables
+    from palrp_bench.report.tables import markdown, paper_tables, reproduced_only
 
     as_flan = metrics.assign(model="flan_t5_xl", task="squad_attnlrp", paper_task="squad_attnlrp")
-    (table1,) = [t for t in paper_tables(as_flan, load_published(), 0.95) if t.name == "attnlrp_table1"]
+    published = load_published()
+    (table1,) = [t for t in paper_tables(as_flan, published, 0.95) if t.name == "attnlrp_table1"]
     text = markdown(table1)
-    ours = as_flan.set_index(["method", "metric"]).loc[("attnlrp", "iou"), "value"]
-    assert "squad_attnlrp" in text and "0.840" in text and "1.760" in text and f"{ours:.3f}" in text
+    delta = as_flan.set_index(["method", "metric"]).loc[("attnlrp", "delta_a"), "value"]
+    assert "squad_attnlrp" in text and "1.760" in text and f"{delta:.3f}" in text
+    row = next(line for line in text.splitlines() if re.match(r"\| flan_t5_xl +\| attnlrp +\|", line))
+    marker = re.search(r"\| 0\.840 \((\d)\) +\| - +\|", row)  # paper cell, then ours: none
+    assert marker, row
+    assert f"({marker.group(1)}) {IOU_NOTE}" in table1.notes  # (1) is the 6-sample note of the delta_a interval
+    apart = "\n".join(markdown(t) for t in reproduced_only(as_flan, published, 0.95))
+    ours = as_flan.set_index(["method", "metric", "variant"]).loc[("attnlrp", "iou", "top_answer"), "value"]
+    assert "iou:top_answer" in apart and f"{ours:.3f}" in apart and IOU_NOTE in apart
 
 
 def test_plan_lists_the_flan_t5_cell_with_samples_hours_and_what_is_missing(tmp_path):

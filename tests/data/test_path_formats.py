@@ -22,8 +22,9 @@ PUBLISHED = {"arc": TEXT / "arc", "wikipedia": TEXT / "wikipedia", "imdb": TEXT 
              "sva": EVIDENCE / "agr_50_mostcommon_10K.tsv", "ra": EVIDENCE / "blimp_with_targets",
              "qa": EVIDENCE / "dev-v2.0.json", "squad": EVIDENCE / "dev-v2.0.json",
              "imagenet": VISION / "imagefolder", "imagenet_seg": VISION / "gtsegs_tiny.mat"}
-#: options the fixtures need (a tiny ImageNet folder is no complete validation set, the tiny .mat file has 4 entries)
-OPTIONS = {"imagenet": {"subset": "all"}, "imagenet_seg": {"expected_count": None}}
+#: options the fixtures need (a tiny ImageNet folder is no complete validation set, the tiny .mat file has 4 entries,
+#: the SQuAD fixture is the validation file while qa reads train by default)
+OPTIONS = {"imagenet": {"subset": "all"}, "imagenet_seg": {"expected_count": None}, "qa": {"split": "validation"}}
 CHECKED = sorted(name for name in DATASETS.names() if DATASETS[name].check is not None)
 
 

@@ -3,6 +3,7 @@ accepted format (tests/data/fixtures_text/evidence), the drops, the spaCy builde
 the character-span to token mapping under word-level, byte-level BPE and WordPiece tokenizers built here."""
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -114,26 +115,63 @@ RA_EXPECTED = [("Susan revealed", "herself", "themselves", ["Susan"]),
                ("All senators listened to", "themselves", "itself", ["senators"])]
 
 
-def test_ra_blimp_with_targets_csv():
-    pool = load_ra(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv")
+#: the phrase evidence of the same rows: the noun chunk of the parse (spaCy's English chunks stop "A lot of girls" at
+#: "A lot"), Ferrando et al.'s target_phrase in their CSV
+RA_PHRASES = [["Susan"], ["Many teenagers"], ["A lot"], ["Renee"], ["The Borgias"], ["All senators"]]
+CSV_PHRASES = [["Susan"], ["Many teenagers"], ["A lot of girls"], ["Renee"], ["All senators"]]
+
+
+@pytest.mark.parametrize("evidence", ["head", "phrase"])
+def test_ra_blimp_with_targets_csv(evidence):
+    pool = load_dataset("ra", path=str(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv"),
+                        options={"evidence": evidence})
     expected = [e for e in RA_EXPECTED if e[3] != ["Borgias"]]  # its target is NA: dropped
-    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == expected
+    words = [e[3] for e in expected] if evidence == "head" else CSV_PHRASES
+    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == [(*e[:3], w)
+                                                                            for e, w in zip(expected, words)]
     assert pool.dropped == {"empty_evidence": 1}
     assert [s.sample_id for s in pool] == [f"ra-anaphor_number_agreement-{i}" for i in (0, 1, 2, 3, 5)]
     for s in pool:
         _check_record(s)
-        assert s.suffix == "." and s.meta["evidence_source"] == "file:target"
+        assert s.suffix == "." and s.meta["evidence_unit"] == evidence
+        assert s.meta["evidence_source"] == ("file:target" if evidence == "head" else "file:target_phrase")
 
 
+@pytest.mark.parametrize("evidence", ["head", "phrase"])
 @pytest.mark.parametrize("layout", ["jsonl", "folder", "hub_parquet"])
-def test_ra_blimp_jsonl_and_hub_parquet_with_a_parse(monkeypatch, layout):
+def test_ra_blimp_jsonl_and_hub_parquet_with_a_parse(monkeypatch, layout, evidence):
     monkeypatch.setattr(ep, "parse", _fake_pipe)
     path = {"jsonl": FIXTURES / "anaphor_number_agreement.jsonl", "folder": FIXTURES,
             "hub_parquet": FIXTURES / "blimp"}[layout]
-    pool = load_dataset("ra", path=str(path))
-    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == RA_EXPECTED
+    pool = load_dataset("ra", path=str(path), options={"evidence": evidence})
+    words = [e[3] for e in RA_EXPECTED] if evidence == "head" else RA_PHRASES
+    assert [(s.prefix, s.target, s.foil, s.evidence_words) for s in pool] == [(*e[:3], w)
+                                                                            for e, w in zip(RA_EXPECTED, words)]
     assert [s.sentence for s in pool] == [r["sentence_good"] for r in _blimp_rows()]
     assert all(s.meta["evidence_source"] == "parser:spacy/en_core_web_sm" for s in pool)
+
+
+def test_ra_defaults_to_the_phrase_and_maps_it_to_every_token_of_the_phrase(monkeypatch):
+    """The default ra evidence is the antecedent's noun phrase; through the evidence task's tokenisation every token
+    of the phrase is evidence (word-level, byte-level BPE and WordPiece tokenizers)."""
+    from palrp_bench.evaluation.tasks.evidence import prepare_evidence
+
+    monkeypatch.setattr(ep, "parse", _fake_pipe)
+    pool = load_dataset("ra", path=str(FIXTURES / "anaphor_number_agreement.jsonl"))
+    assert [s.evidence_words for s in pool] == RA_PHRASES and pool[1].meta["evidence_unit"] == "phrase"
+    for build in (_word_level, _byte_bpe, _wordpiece):
+        tok = build()
+        head = "masked" if tok.mask_token else "causal"
+        sample = replace(pool[1], target="are", foil="table")   # words the tiny tokenizers know (the mapping is tested)
+        (prepared,), dropped = prepare_evidence([sample], tok, head, None)
+        text = render(sample, head, tok.mask_token).text
+        offsets = tok(text, return_offsets_mapping=True)["offset_mapping"]
+        marked = [(a, b) for (a, b), e in zip(offsets, prepared.evidence) if e]
+        words = [(a, b) for a, b in offsets if b > a and a < len("Many teenagers")]
+        assert len(marked) >= 2 and marked == words, build.__name__          # every token of the phrase, no other
+        assert text[marked[0][0]:marked[-1][1]].strip().lower() == "many teenagers", build.__name__
+    with pytest.raises(BadInputError, match="unknown ra evidence"):
+        load_dataset("ra", path=str(FIXTURES / "anaphor_number_agreement.jsonl"), options={"evidence": "word"})
 
 
 def test_ra_hub_parquet_has_no_one_prefix_fields():
@@ -171,12 +209,22 @@ def test_squad_reading_both_formats_answerable_only():
     assert [r["id"] for r in iter_squad(FIXTURES, "validation")] == [r["id"] for r in nested]  # folder: official name
 
 
+def _in_file_order(pool):
+    ids = [r["id"] for r in iter_squad(SQUAD_JSON)]
+    return sorted(pool, key=lambda s: ids.index(s.sample_id[3:]))
+
+
 def test_qa_samples_prompt_foil_and_drops():
-    pool = load_qa(SQUAD_JSON)
+    pool = load_qa(SQUAD_JSON, split="validation")
     assert pool.source == "squad_json" and pool.dropped == {"no_foil": 3}  # "their ..." twice, a lone question
-    assert [(s.target, s.foil) for s in pool] == [("France", "10th"), ("10th", "Denmark"), ("Denmark", "raiders"),
-                                                  ("raiders", "France"), ("significant", "algorithm"),
-                                                  ("algorithm", "significant")]
+    in_file = _in_file_order(pool)
+    assert [(s.target, s.foil) for s in in_file] == [("France", "10th"), ("10th", "Denmark"), ("Denmark", "raiders"),
+                                                     ("raiders", "France"), ("significant", "algorithm"),
+                                                     ("algorithm", "significant")]
+    order = np.random.default_rng(0).permutation(6)            # the seeded order over the kept samples
+    assert [s.sample_id for s in pool] == [in_file[i].sample_id for i in order]
+    assert all(s.meta["order_seed"] == 0 and s.meta["split"] == "validation" for s in pool)
+    pool = in_file
     for s in pool:
         _check_record(s)
         assert s.evidence_words == [s.meta["answer"]]
@@ -186,9 +234,30 @@ def test_qa_samples_prompt_foil_and_drops():
         a, b = rendered.regions["context"]
         assert rendered.text[a:b] == s.context and rendered.text[slice(*rendered.regions["question"])] == s.question
     assert pool[1].evidence_words == ["10th and 11th centuries"] and pool[0].meta["foil_id"] == pool[1].sample_id[3:]
-    flat = load_dataset("qa", path=str(FIXTURES / "squad_v2"))
-    assert flat.source == "squad_rows" and [s.to_json() | {"meta": None} for s in flat] == [
+    flat = load_dataset("qa", path=str(FIXTURES / "squad_v2"), options={"split": "validation"})
+    assert flat.source == "squad_rows" and [s.to_json() | {"meta": None} for s in _in_file_order(flat)] == [
         s.to_json() | {"meta": None} for s in pool]
+
+
+def test_qa_reads_the_train_split_by_default_in_a_seeded_order(tmp_path):
+    """The default split is train (the paper's 40k qa samples; validation has 5,928 answerable questions): the
+    official train file, a folder holding it, or the hub's train rows; a limit takes a prefix of the seeded order,
+    another seed another order; the validation file under split=train is a one-line error naming the fix."""
+    train = tmp_path / "train-v2.0.json"
+    train.write_text(SQUAD_JSON.read_text())
+    pool = load_qa(train)
+    assert len(pool) == 6 and all(s.meta["split"] == "train" for s in pool)
+    assert [s.sample_id for s in load_dataset("qa", path=str(tmp_path), limit=3)] == pool.sample_ids[:3]
+    other = load_dataset("qa", path=str(train), options={"seed": 1})
+    assert sorted(other.sample_ids) == sorted(pool.sample_ids) and other.sample_ids != pool.sample_ids
+    rows = tmp_path / "rows" / "squad_v2"
+    rows.mkdir(parents=True)
+    (rows / "train-00000-of-00001.parquet").write_bytes(
+        (FIXTURES / "squad_v2" / "validation-00000-of-00001.parquet").read_bytes())
+    assert load_qa(rows.parent).sample_ids == pool.sample_ids and load_qa(rows.parent).source == "squad_rows"
+    with pytest.raises(BadInputError, match="dev-v2.0.json is SQuAD v2's validation file") as err:
+        load_qa(SQUAD_JSON)
+    assert "task.options.split=validation" in err.value.fix
 
 
 def test_paragraph_foils_rule():
@@ -207,7 +276,7 @@ def _misplaced_first_answer(tmp_path) -> Path:
 
 
 def test_qa_mismatched_answer_start_is_dropped(tmp_path):
-    pool = load_qa(_misplaced_first_answer(tmp_path))
+    pool = load_qa(_misplaced_first_answer(tmp_path), split="validation")
     assert pool.dropped == {"no_foil": 3, "evidence_mismatch": 1} and len(pool) == 5
 
 
@@ -215,7 +284,9 @@ def test_qa_errors(tmp_path):
     bad = tmp_path / "validation.jsonl"
     bad.write_text(json.dumps({"id": "1", "context": "x", "question": "y"}) + "\n")
     with pytest.raises(BadInputError, match=r"lacks the fields \['answers'\]"):
-        load_qa(bad)
+        load_qa(bad, split="validation")
+    with pytest.raises(BadInputError, match="seed must be"):
+        load_qa(SQUAD_JSON, split="validation", seed=-1)
     with pytest.raises(BadInputError, match="split"):
         load_qa(SQUAD_JSON, split="test")
     with pytest.raises(BadInputError, match="unknown option"):
@@ -230,7 +301,7 @@ def test_qa_errors(tmp_path):
 def test_saved_records_round_trip(tmp_path, task):
     pool = {"sva": lambda: load_sva(FIXTURES / "agr_50_mostcommon_10K.tsv"),
             "ra": lambda: load_ra(FIXTURES / "blimp_with_targets" / "anaphor_number_agreement.csv"),
-            "qa": lambda: load_qa(SQUAD_JSON)}[task]()
+            "qa": lambda: load_qa(SQUAD_JSON, split="validation")}[task]()
     path = save_evidence_jsonl(pool, tmp_path / f"{task}.jsonl")
     again = load_dataset(task, path=str(path), limit=3)
     assert [s.to_json() for s in again] == [s.to_json() for s in pool[:3]] and again.source == "evidence_jsonl"
@@ -349,10 +420,18 @@ class _Tok(SimpleNamespace):
     pass
 
 
-def _doc(words, deps, heads, text=None):
-    """A hand-made parse (spaCy's token attributes): ``heads`` are indices, the root points at itself."""
+class _Doc(list):
+    """A hand-made spaCy doc: its tokens, and ``noun_chunks`` spans (``start``, ``end`` token indices, end exclusive;
+    ``start_char``, ``end_char``)."""
+
+    noun_chunks: list
+
+
+def _doc(words, deps, heads, text=None, chunks=()):
+    """A hand-made parse (spaCy's token attributes): ``heads`` are indices, the root points at itself; ``chunks``
+    the noun chunks as ``(start, end)`` token ranges."""
     text = text if text is not None else " ".join(words)
-    tokens, pos = [], 0
+    tokens, pos = _Doc(), 0
     for i, (w, d) in enumerate(zip(words, deps)):
         pos = text.index(w, pos)
         tokens.append(_Tok(i=i, idx=pos, text=w, dep_=d))
@@ -361,6 +440,8 @@ def _doc(words, deps, heads, text=None):
         t.head = tokens[h]
     for t in tokens:
         t.children = [c for c in tokens if c.head is t and c is not t]
+    tokens.noun_chunks = [SimpleNamespace(start=a, end=b, start_char=tokens[a].idx,
+                                          end_char=tokens[b - 1].idx + len(tokens[b - 1].text)) for a, b in chunks]
     return tokens
 
 
@@ -383,7 +464,13 @@ def _fake_parse(text):
         elif i != verb and heads[i] == i:
             heads[i] = verb
     deps[verb] = "ROOT"
-    return _doc(words, deps, heads, text=text)
+    # noun chunks as spaCy's English iterator forms them: a subject with the determiners / modifiers before it
+    chunks = []
+    for i, w in enumerate(words):
+        if deps[i] == "nsubj":
+            start = i - 1 if i > 0 and words[i - 1] in ("Many", "A", "The", "All") else i
+            chunks.append((start, i + 1))
+    return _doc(words, deps, heads, text=text, chunks=chunks)
 
 
 def _fake_pipe(texts, model=ep.SPACY_MODEL, batch_size=256):
@@ -412,8 +499,22 @@ def test_sva_subject_through_auxiliary_and_limits():
 def test_ra_antecedent_goes_up_through_prepositions():
     doc = _doc(["Girls", "talked", "to", "themselves"], ["nsubj", "ROOT", "prep", "pobj"], [1, 1, 1, 2])
     assert ep.ra_antecedent_span(doc, 16, 15) == (0, 5)
+    assert ep.ra_antecedent_span(doc, 16, 15, "phrase") == (0, 5)  # in no chunk: the head word
     orphan = _doc(["themselves"], ["ROOT"], [0])
     assert ep.ra_antecedent_span(orphan, 0, 0) is None
+
+
+def test_ra_phrase_is_the_noun_chunk_holding_the_antecedent():
+    words = ["The", "old", "kings", "near", "the", "tower", "hurt", "themselves"]
+    doc = _doc(words, ["det", "amod", "nsubj", "prep", "det", "pobj", "ROOT", "dobj"], [2, 2, 6, 2, 5, 3, 6, 6],
+               chunks=[(0, 3), (4, 6)])
+    text = " ".join(words)
+    reflexive = text.index("themselves")
+    assert ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "head") == (8, 13)             # "kings"
+    assert ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "phrase") == (0, 13)           # "The old kings"
+    assert ep.ra_antecedent_span(doc, reflexive, 10, "phrase") is None                         # ends after the limit
+    with pytest.raises(ValueError, match="unknown ra evidence"):
+        ep.ra_antecedent_span(doc, reflexive, reflexive - 1, "sentence")
 
 
 def test_load_parser_refuses_in_one_line_without_spacy_or_its_model():
@@ -442,6 +543,10 @@ def test_span_logic_on_a_real_spacy_doc():
     doc = Doc(vocab, words=["Girls", "talked", "to", "themselves", "."], heads=[1, 1, 1, 2, 1],
               deps=["nsubj", "ROOT", "prep", "pobj", "punct"])
     assert ep.ra_antecedent_span(doc, 16, 15) == (0, 5)
+    # spaCy's own English noun-chunk iterator on a parse with POS tags: "Many teenagers"
+    doc = Doc(vocab, words=["Many", "teenagers", "were", "helping", "themselves", "."], heads=[1, 3, 3, 3, 3, 3],
+              deps=["amod", "nsubj", "aux", "ROOT", "dobj", "punct"], pos=["ADJ", "NOUN", "AUX", "VERB", "PRON", "PUNCT"])
+    assert ep.ra_antecedent_span(doc, 28, 27, "phrase") == (0, 14)
 
 
 def test_every_evidence_dataset_is_registered():
@@ -457,25 +562,39 @@ def test_fixture_folder_is_complete():
 
 
 # ------------------------------------------------------------------------------------------------ squad (AttnLRP)
-def test_squad_attnlrp_order_is_a_seeded_permutation_of_the_answerable_questions():
+def test_squad_attnlrp_order_is_a_seeded_permutation_of_every_question():
     nested = load_squad_attnlrp(SQUAD_JSON)
     flat = load_dataset("squad", path=str(FIXTURES / "squad_v2"), options={"seed": 0})
     assert [s.to_json() | {"meta": None} for s in nested] == [s.to_json() | {"meta": None} for s in flat]
-    rows = list(iter_squad(SQUAD_JSON))
+    rows = list(iter_squad(SQUAD_JSON, answerable_only=False))
     order = np.random.default_rng(0).permutation(len(rows))
-    assert [s.sample_id for s in nested] == [f"squad-{rows[i]['id']}" for i in order]  # no foil, none dropped
+    assert len(rows) == 12 and [s.sample_id for s in nested] == [f"squad-{rows[i]['id']}" for i in order]
+    unanswerable = [s for s in nested if not s.meta["answerable"]]
+    assert len(unanswerable) == 3 and all(s.evidence == () and s.target == "" and s.meta["answers"] == []
+                                          for s in unanswerable)
     for s in nested:
-        assert s.foil == "" and s.evidence_words == [s.meta["answer"]] and s.meta["answer"] in s.meta["answers"]
-        assert s.meta["order_seed"] == 0
+        assert s.foil == "" and s.meta["order_seed"] == 0
+        if s.meta["answerable"]:
+            assert s.evidence_words == [s.meta["answer"]] and s.meta["answer"] in s.meta["answers"]
     assert [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, limit=4)] == [s.sample_id for s in nested[:4]]
     other = [s.sample_id for s in load_squad_attnlrp(SQUAD_JSON, seed=1)]
     assert sorted(other) == sorted(s.sample_id for s in nested) and other != [s.sample_id for s in nested]
 
 
+def test_squad_attnlrp_answerable_only_permutes_the_answerable_questions():
+    pool = load_dataset("squad", path=str(SQUAD_JSON), options={"answerable_only": True})
+    rows = list(iter_squad(SQUAD_JSON))
+    order = np.random.default_rng(0).permutation(len(rows))
+    assert len(rows) == 9 and [s.sample_id for s in pool] == [f"squad-{rows[i]['id']}" for i in order]
+    assert all(s.meta["answerable"] and s.evidence for s in pool)
+    with pytest.raises(BadInputError, match="answerable_only must be true or false"):
+        load_squad_attnlrp(SQUAD_JSON, answerable_only="yes")
+
+
 def test_squad_attnlrp_drops_a_misplaced_answer_and_refuses_bad_options(tmp_path):
     path = _misplaced_first_answer(tmp_path)
     pool = load_squad_attnlrp(path)
-    assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 8
+    assert pool.dropped == {"evidence_mismatch": 1} and len(pool) == 11
     with pytest.raises(BadInputError, match="unknown option"):
         load_dataset("squad", path=str(path), options={"n": 3})
     with pytest.raises(BadInputError, match="seed must be"):

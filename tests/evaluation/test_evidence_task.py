@@ -3,6 +3,7 @@ BPE and WordPiece tokenizers built in the tests, the drops, the read-out and the
 from dataclasses import replace
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -127,3 +128,31 @@ def test_the_contrast_is_the_difference_of_two_single_target_explanations(bert):
     scale = float(contrast.abs().max())
     assert scale > 0 and not torch.allclose(contrast, top)
     torch.testing.assert_close(contrast, top - foil, atol=1e-5 * scale, rtol=0)  # float32 scores of a float64 model
+
+
+def test_scores_keep_the_explanations_precision_through_the_metrics_and_the_cache(bert, tmp_path):
+    from palrp_bench.runner.store import ExplanationCache
+
+    bundle, prepared = bert
+    adapter = EvidenceAdapter()
+    ctx = replace(_ctx("alti"), cache=ExplanationCache(tmp_path))     # float64 model: float64 explanations
+    fresh = adapter.evaluate(bundle, prepared, ctx)
+    for sample, result in zip(prepared, fresh):
+        assert result.explanation["scores"].dtype == np.float64 and len(result.explanation["scores"]) == len(sample)
+        ctx.cache.save(sample.sample_id, result.explanation)
+    again = adapter.evaluate(bundle, prepared, ctx)                     # every sample from the cache
+    assert [r.rows for r in again] == [r.rows for r in fresh]
+    # the scores of the issue: a float32 cast would tie .5 and .5 + 1e-12 (official MRR 1/2) and flush 1e-50 to 0
+    # (PTA 1/2); in float64 the best evidence token is untied and every token is positive
+    p = replace(prepared[0], sample_id="x", input_ids=prepared[0].input_ids[:4], special=[False] * 4,
+                evidence=[True, False, False, False], position=3)
+    arrays = dict(fresh[0].explanation, scores=np.array([1.0, 0.5, 0.5 + 1e-12, 1e-50]))
+    ctx.cache.save("x", arrays)
+    (result,) = adapter.evaluate(bundle, [p], ctx)
+    values = {(m, v): value for m, v, _, value in result.rows}
+    assert values[("mrr", "default")] == 1.0 and values[("pg", "default")] == 1.0
+    assert values[("pta", "default")] == 0.25 and values[("tied_token_share", "default")] == 0.0
+    ctx.cache.save("x", dict(arrays, scores=arrays["scores"].astype(np.float32)))    # what a float32 store kept
+    (result,) = adapter.evaluate(bundle, [p], ctx)
+    values = {(m, v): value for m, v, _, value in result.rows}
+    assert values[("mrr", "default")] == 0.5 and values[("pta", "default")] == 0.5

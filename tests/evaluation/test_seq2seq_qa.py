@@ -91,7 +91,7 @@ def test_adapter_rows_correctness_and_batch_independence(tmp_path, t5):
     for s, result in zip(samples, together):
         values = correct[s.sample_id]
         assert values[("correct", "all")] == float(s.sample_id != samples[2].sample_id)
-        assert (("iou", "default") in values) == bool(values[("correct", "all")])
+        assert (("iou", "positive") in values) == (("iou", "top_answer") in values) == bool(values[("correct", "all")])
         assert {("a_morf", "insertion"), ("a_lerf", "insertion")} <= set(values)
         assert result.info["answer"] == (s.target if values[("correct", "all")] else result.info["answer"])
     # the explained token is the first answer token greedy decoding generates
@@ -101,7 +101,7 @@ def test_adapter_rows_correctness_and_batch_independence(tmp_path, t5):
     assert adapter.correct(bundle, samples, ctx) == [True, True, False, True]
 
 
-def test_iou_row_is_positive_iou_over_the_context(tmp_path, t5):
+def test_iou_rows_are_the_two_readings_over_the_context(tmp_path, t5):
     model, tok = t5
     cell = _cell(tmp_path, "model=tiny_t5", "task=synthetic_squad", "method=grad_x_input")
     bundle = ModelBundle(cell.model, model, tok, "cpu")
@@ -114,9 +114,31 @@ def test_iou_row_is_positive_iou_over_the_context(tmp_path, t5):
     positive = {i for i, (s, c) in enumerate(zip(rel.scores[0].tolist(), context)) if c and s > 0}
     gold = {i for i, a in enumerate(answer) if a}
     expected = len(positive & gold) / len(positive | gold)
-    (iou,) = [v for m, _, _, v in result.rows if m == "iou"]
-    assert iou == pytest.approx(expected, abs=1e-12)
+    ranked = sorted((i for i, c in enumerate(context) if c), key=lambda i: -float(rel.scores[0, i]))
+    top = set(ranked[:len(gold)])
+    iou = {v: value for m, v, _, value in result.rows if m == "iou"}
+    assert set(iou) == {"positive", "top_answer"}
+    assert iou["positive"] == pytest.approx(expected, abs=1e-12)
+    assert iou["top_answer"] == pytest.approx(len(top & gold) / len(top | gold), abs=1e-12)
     assert not any(m == "a_morf" for m, *_ in result.rows)  # metric not asked for
+
+
+def test_unanswerable_questions_are_explained_but_get_no_iou(tmp_path, t5):
+    """An unanswerable SQuAD v2 question (no evidence) is explained and perturbed like any other; its answer is the
+    empty string (SQuAD v2's official rule), and it never gets an iou row."""
+    from dataclasses import replace
+
+    model, tok = t5
+    cell = _cell(tmp_path, "model=tiny_t5", "task=synthetic_squad", "method=grad_x_input")
+    bundle = ModelBundle(cell.model, model, tok, "cpu")
+    adapter = task_adapter(cell.task.kind)
+    sample = adapter.load_samples(cell.task, bundle)[0]
+    blank = replace(sample, sample_id="blank", target="", evidence=(), meta={"answers": [], "answerable": False})
+    (result,) = adapter.evaluate(bundle, [blank], cell.context("cpu", None, 8), metrics=("attnlrp_perturbation", "iou"))
+    metrics = {m for m, *_ in result.rows}
+    assert {"a_morf", "a_lerf", "correct"} <= metrics and "iou" not in metrics
+    answer = result.info["answer"]
+    assert dict(((m, v), value) for m, v, _, value in result.rows)[("correct", "all")] == float(answer.strip() == "")
 
 
 def test_squad_exact_match():

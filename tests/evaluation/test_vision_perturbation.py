@@ -359,34 +359,70 @@ def test_on_a_gpu_the_removed_pixels_are_the_official_call_on_that_gpu(fixture_v
     print(f"CUDA and CPU topk removed different pixel sets in {differs_from_cpu} of {2 * 4 * len(counts)} cases")
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: TF32 and per-batch-size kernels are "
-                                                           "GPU behaviour")
-@pytest.mark.parametrize("tf32", ["conv", "off"])
-def test_on_a_gpu_tie_sets_follow_the_maps_across_batch_sizes(fixture_vit, tf32):
-    """Batch invariance on a GPU, per TF32 choice (docs/evaluation.md, "Numerics on GPUs"): the relevance maps of
-    images explained in one batch and one by one agree to the CUDA bound, and under ``topk`` a map's removed
-    pixels depend on that map alone (one official-shape call per map), so removed sets differ only where the maps
-    themselves differ; how many maps and sets moved is printed for the record."""
+#: an image's map is judged for batch invariance when our map of the batch agrees with the float64 map of the same
+#: model (copied to float64 on the same device) to this, relative to the map's max |value|
+BATCH_COND = 1e-4
+#: largest move of a judged map between batch sizes, relative to its max |value| (docs/evaluation.md, "Numerics on
+#: GPUs": TF32 convolutions may round differently per batch size)
+BATCH_GAP = 1e-3
+
+
+def _batch_invariance(fixture_vit, device, tf32):
+    """Batch invariance of the fixture ViT's ``pa_lrp`` maps on ``device`` under ``tf32`` (docs/evaluation.md,
+    "Numerics on GPUs"): six random images explained in one batch and one by one.
+
+    With the official stabilisers some images' maps are decided by rounding (a stabilised ``z + eps`` close to 0:
+    on the CPU image 2 of these moves by 21 % under 1e-6 relative input noise and lies 1.3e-2 from its float64 map,
+    while with ``stabilizers=none`` every map is stable to 1e-6), so the comparison of relevance judges only the
+    well-conditioned images: those whose map of the batch lies within :data:`BATCH_COND` of the float64 map
+    (tests/reference/conditioning.py; at least one must be judged; how many is printed). On them the maps of the two
+    batch sizes agree to :data:`BATCH_GAP`. Under ``topk`` a map's removed pixels depend on that map alone (one
+    official-shape call per map), so on every image removed sets differ only where the maps themselves differ."""
     import palrp_bench
     from palrp_bench.metrics.perturbation import perturbation_masks
     from palrp_bench.numerics import tf32_mode
+    from reference.conditioning import judged_samples
 
-    model = copy.deepcopy(fixture_vit).to("cuda")
+    model = copy.deepcopy(fixture_vit).to(device)
+    model64 = copy.deepcopy(fixture_vit).to(device=device, dtype=torch.float64)
     images = torch.rand(6, 3, 224, 224, generator=torch.Generator().manual_seed(5))
-    pixels = resolve_normalization(model)(images).cuda()
+    pixels = resolve_normalization(model)(images).to(device)
     with tf32_mode(tf32):
-        together = palrp_bench.explain(model, pixels, method="pa_lrp").scores.float()
+        batch = palrp_bench.explain(model, pixels, method="pa_lrp")
+        together = batch.scores.float()
         alone = torch.cat([palrp_bench.explain(model, pixels[i:i + 1], method="pa_lrp").scores.float()
                            for i in range(6)])
         sets = [perturbation_masks(m, positive, tie_break="topk") for m in (together, alone) for positive in (1, 0)]
-    scale = together.abs().amax(dim=(1, 2), keepdim=True)
-    gap = float(((together - alone).abs() / scale).max())
-    assert gap <= 1e-3, f"relevance moved by {gap:.2e} of its maximum between batch sizes (tf32={tf32})"
+    exact = palrp_bench.explain(model64, pixels.double(), method="pa_lrp", target=batch.target).scores
+    scale = exact.abs().amax(dim=(1, 2))
+    rounding = ((together.double() - exact).abs().amax(dim=(1, 2)) / scale).tolist()
+    judged, line = judged_samples(rounding, BATCH_COND, 1, f"{device}, tf32={tf32}")
+    gaps = ((together - alone).abs().amax(dim=(1, 2)) / together.abs().amax(dim=(1, 2))).tolist()
+    for i in judged:
+        assert gaps[i] <= BATCH_GAP, (f"{line}; image {i}: relevance moved by {gaps[i]:.2e} of its maximum between "
+                                      f"batch sizes")
     same_map = (together == alone).flatten(1).all(1)
+    moved_sets = 0
     for a, b in ((sets[0], sets[2]), (sets[1], sets[3])):
         moved = (a != b).flatten(2).any(2)  # [maps, steps]
         assert not bool(moved[same_map].any())
-    print(f"tf32={tf32}: relevance gap {gap:.2e}; {int((~same_map).sum())} of 6 maps not bitwise equal; "
-          f"{int(sum(int((a != b).flatten(2).any(2).sum()) for a, b in ((sets[0], sets[2]), (sets[1], sets[3]))))} "
-          f"of 108 removed sets moved")
+        moved_sets += int(moved.sum())
+    print(f"{line}; batch gap of the judged images {max(gaps[i] for i in judged):.2e} (all: "
+          f"{', '.join(f'{g:.1e}' for g in gaps)}); {int((~same_map).sum())} of 6 maps not bitwise equal; "
+          f"{moved_sets} of 108 removed sets moved")
+    return judged
+
+
+def test_tie_sets_follow_the_maps_across_batch_sizes(fixture_vit):
+    """The CPU twin of the GPU test below: the same code on the CPU, where image 2's map is the ill-conditioned one
+    (7.7e-3 to 1.3e-2 from its float64 map with the native, AVX2 and baseline kernels here; the others <= 7.9e-5),
+    so 5 of 6 images are judged."""
+    judged = _batch_invariance(fixture_vit, "cpu", "off")
+    assert 2 not in judged and len(judged) >= 4
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tf32", ["conv", "off"])
+def test_on_a_gpu_tie_sets_follow_the_maps_across_batch_sizes(fixture_vit, tf32):
+    """Batch invariance on a GPU, per TF32 choice, on the well-conditioned images (:func:`_batch_invariance`)."""
+    _batch_invariance(fixture_vit, "cuda", tf32)

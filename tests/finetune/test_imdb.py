@@ -35,6 +35,17 @@ def uninterrupted(ft, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_on_cpu(ft, uninterrupted, tmp_path_factory):
+    """The uninterrupted run on the CPU, where the FSDP test's two processes run (gloo): ``uninterrupted`` itself
+    where the CPU is the script's default device (no CUDA), else a run with ``--device cpu``."""
+    if not torch.cuda.is_available():
+        return uninterrupted
+    out = tmp_path_factory.mktemp("smoke_full_cpu")
+    assert ft.main(["--smoke", "--device", "cpu", "--output-dir", str(out)]) == 0
+    return out
+
+
 def test_smoke_follows_the_recipe(ft, uninterrupted):
     history = _history(uninterrupted)
     assert [row["epoch"] for row in history] == [0, 1, 2]
@@ -182,10 +193,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_processes_shard_with_fsdp_and_equal_one_process(ft, uninterrupted, tmp_path):
+def test_two_processes_shard_with_fsdp_and_equal_one_process(ft, uninterrupted_on_cpu, tmp_path):
     """Epoch 0 in one process, then ``--resume`` under ``accelerate launch --num_processes 2`` on the CPU (gloo):
     the FSDP run loads the one-process checkpoint, trains epochs 1-2 sharded, gathers its checkpoint and ``best/``
-    on the first process, and every number equals the uninterrupted one-process run up to float32 rounding.
+    on the first process, and every number equals the uninterrupted one-process run up to float32 rounding. Every
+    run is pinned to the CPU (``--device cpu``), the one-process ones too: on a GPU machine the script's default
+    device would be CUDA.
     (accelerate applies its own FSDP plugin only on GPU backends; the script shards with torch's ``fully_shard``
     itself, so this runs the same FSDP code as a GPU run.)"""
     pytest.importorskip("accelerate")
@@ -193,7 +206,8 @@ def test_two_processes_shard_with_fsdp_and_equal_one_process(ft, uninterrupted, 
     import subprocess
 
     out = tmp_path / "two"
-    assert ft.main(["--smoke", "--output-dir", str(out), "--stop-after", "1"]) == 0
+    uninterrupted = uninterrupted_on_cpu
+    assert ft.main(["--smoke", "--device", "cpu", "--output-dir", str(out), "--stop-after", "1"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", TQDM_DISABLE="1", HF_HUB_OFFLINE="1",
                HF_HOME=str(tmp_path / "hf_home"))  # no accelerate config file of the user's
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",

@@ -91,3 +91,21 @@ def test_rope_sinks_receive_half_of_the_rotated_qk_relevance(monkeypatch, family
         r_pe = (c * c.grad).sum(-1) + (s * s.grad).sum(-1)
         assert r_rot.abs().max() > 1e-6
         assert torch.allclose(r_pe, 0.5 * r_rot, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "pa_lrp"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_result_alone_accounts_for_the_logit(family, method):
+    """:func:`palrp_bench.explain` returns the absorbed share (``extras["absorbed"]``): the result's semantic and
+    positional parts and it add up to the logit, and it is what the softmax rules and the biases absorbed (the
+    recorder's measurement; one sample: biases are shared by a batch)."""
+    from palrp_bench import explain
+
+    model = make_model(family, "causal", dtype=torch.float64)
+    ids = random_ids(1, 9, seed=4)
+    logit, sem, pos, absorbed, bias = books(model, ids, None, "attnlrp", method == "pa_lrp")
+    e = explain(model, ids, method=method, stabilizers="none")
+    reached = float(e.semantic.sum() + e.positional.sum())
+    assert abs(float(e.logit[0]) - logit) < 1e-12 and abs(absorbed) > 1e-4
+    assert abs(reached + float(e.extras["absorbed"][0]) - float(e.logit[0])) < 1e-10 * max(1.0, abs(logit))
+    assert abs(float(e.extras["absorbed"][0]) - absorbed - bias) < 1e-9

@@ -11,15 +11,15 @@ a distinct eps per field) pins where the twin puts each of them, for every famil
 import pytest
 import torch
 
-from palrp_bench.lrp.composites import ATTNLRP
+from palrp_bench.lrp.composites import ATTNLRP, ATTNLRP_CONSTANT_ROUTER
 from palrp_bench.lrp.stabilizers import NONE, Stabilizers
 from palrp_bench.models.decoder import DecoderTwin
-from models.tiny_families import FAMILIES, make_model, random_ids
+from models.tiny_families import FAMILIES, MOE_FAMILIES, make_model, random_ids, variants
 from reference.explicit_decoder import explicit_relevance
 
 #: one-layer versions of the default variants that keep the family's features on layer 0
 ONE_LAYER = {"qwen2": dict(max_window_layers=0), "qwen3": dict(max_window_layers=0),
-             "gemma3": dict(layer_types=["sliding_attention"])}
+             "gemma3": dict(layer_types=["sliding_attention"]), "deepseek_v3": dict(first_k_dense_replace=0)}
 TOL = 1e-9
 
 
@@ -27,10 +27,10 @@ TOL = 1e-9
 LARGE = Stabilizers("large", linear=0.011, add=0.023, qk=0.031, av=0.017, norm=0.043, final_norm=0.057)
 
 
-def fast_relevance(model, ids, sinks, stabilizers=NONE):
+def fast_relevance(model, ids, sinks, stabilizers=NONE, composite=ATTNLRP):
     twin = DecoderTwin(model)
     embeds = twin.embed(ids[None])
-    out = twin.forward(embeds, None, twin.last_index(ids[None], None), ATTNLRP, positional_sinks=sinks,
+    out = twin.forward(embeds, None, twin.last_index(ids[None], None), composite, positional_sinks=sinks,
                        attention="eager", stabilizers=stabilizers)
     logit = out.logits[0].max()
     leaves = [embeds, *out.cos, *out.sin]
@@ -77,3 +77,29 @@ def test_stabilisers_sit_at_the_reference_places(family, kind):
     assert rel_diff(slow["embeds"], exact["embeds"]) > 1e4 * TOL, "the stabilisers must make a difference"
     for part in ("embeds", "cos", "sin"):
         assert rel_diff(fast[part], slow[part]) < TOL, part
+
+
+@pytest.mark.parametrize("family,variant", [(f, v) for f in MOE_FAMILIES for v in variants(f)[1:]])
+def test_other_moe_variants_match_the_explicit_reference(family, variant):
+    """The variants beyond the default (DeepSeek-V3: ``q_proj`` instead of the low-rank queries, the half rotary
+    layout, YaRN's attention scale, unnormalised gates, two shared experts)."""
+    model = make_model(family, "causal", variant, dtype=torch.float64, num_hidden_layers=1,
+                       **ONE_LAYER.get(family, {}))
+    ids = random_ids(1, 9)[0]
+    fast, slow = fast_relevance(model, ids, True), explicit_relevance(model, ids, sinks=True)
+    for part in ("embeds", "cos", "sin"):
+        assert rel_diff(fast[part], slow[part]) < TOL, part
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_constant_router_gates_match_the_explicit_reference(family):
+    """``attnlrp_constant_router``: the gates are constants, the experts carry all of the block's relevance; the
+    reference with the gate rule switched differs by far more than the tolerance, so the router's share matters."""
+    model = make_model(family, "causal", dtype=torch.float64, num_hidden_layers=1, **ONE_LAYER.get(family, {}))
+    ids = random_ids(1, 9)[0]
+    fast = fast_relevance(model, ids, True, composite=ATTNLRP_CONSTANT_ROUTER)
+    slow = explicit_relevance(model, ids, sinks=True, router_rule="constant")
+    for part in ("embeds", "cos", "sin"):
+        assert rel_diff(fast[part], slow[part]) < TOL, part
+    gradient = explicit_relevance(model, ids, sinks=True)
+    assert rel_diff(slow["embeds"], gradient["embeds"]) > 1e-3

@@ -215,3 +215,22 @@ def test_rope_2d_sinks_receive_half_of_the_rotated_patch_qk_relevance(monkeypatc
         pe = (c * c.grad).sum(-1) + (s * s.grad).sum(-1)
         assert rotated.abs().max() > 1e-6
         assert torch.allclose(pe, 0.5 * rotated, atol=1e-12)
+
+
+@pytest.mark.parametrize("family,head", CASES)
+def test_explain_returns_what_the_softmax_rules_and_the_biases_absorbed(family, head):
+    """``extras["absorbed"]`` of :func:`palrp_bench.explain` (the logit minus every sink's relevance) equals the
+    recorder's measurement: softmax relevance entering minus leaving plus ``b * grad_b`` (batch totals: the biases
+    are shared by the batch)."""
+    from palrp_bench import explain
+
+    model = make_text(family, head, D, attn=LIBRARY_ATTENTION.get(family, ("sdpa",))[0])
+    logit, _, absorbed, bias = text_ledger(model, head, alibi_rule="relative_half")
+    ids, mask, _ = padded_batch([8, 5], "right", seed=11)
+    options = {"position": (mask.cumsum(-1) == 2).long().argmax(-1)} if head == "masked_lm" else {}
+    if family == "bloom":
+        options["alibi_rule"] = "relative_half"
+    e = explain(model, ids, mask, method="pa_lrp", stabilizers="none", **options)
+    assert torch.allclose(e.logit, logit, atol=1e-12, rtol=0)
+    assert e.extras["absorbed"].shape == (2,) and e.extras["absorbed"].abs().min() > 1e-4
+    assert abs(float(e.extras["absorbed"].sum() - absorbed.sum() - bias)) < 1e-6

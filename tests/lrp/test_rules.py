@@ -43,10 +43,20 @@ def test_identity_rule_passes_relevance_unchanged(fn):
     x[0, 0] = 0.0  # the x == 0 guard
     R_out = torch.randn(4, 7, dtype=D)
     (R_x,), out = grad_x_input(lambda x: rules.activation(x, fn, "identity"), [x], R_out)
-    assert torch.allclose(out, fn(x), atol=1e-12)
+    assert torch.equal(out, fn(x))  # the library's value itself, not x * (f(x) / x)
     R_ref = R_out.clone()
     R_ref[0, 0] = 0.0  # f(0) = 0 carries no relevance
     assert torch.allclose(R_x, R_ref, atol=1e-10)
+
+
+def test_identity_rule_keeps_one_autograd_node_and_its_dtype():
+    """The rule is one node (its ratio saved once, no graph of ``f``); constant and no-grad inputs get ``f(x)``."""
+    x = torch.randn(3, 5, dtype=torch.bfloat16, requires_grad=True)
+    y = rules.activation(x, F.silu, "identity")
+    assert type(y.grad_fn).__name__ == "_IdentityRuleBackward" and y.grad_fn.next_functions[0][0] is not None
+    assert y.dtype == torch.bfloat16 and torch.equal(y.detach(), F.silu(x.detach()))
+    assert not rules.activation(x, F.silu, "constant").requires_grad
+    assert torch.equal(rules.activation(x.detach(), F.silu, "identity"), F.silu(x.detach()))
 
 
 def test_uniform_product_splits_in_half_and_constants_get_nothing():

@@ -150,29 +150,53 @@ def _hard_inputs(dtype, eps, shape=(3, 40, 50)):
     return z.to(dtype), torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
 
 
+def _in_backward(grad, z, eps):
+    """``rules.stabilized_grad`` as a backward pass calls it: with gradients off."""
+    with torch.no_grad():
+        return rules.stabilized_grad(grad, z, eps)
+
+
+@pytest.fixture
+def fresh_kernels(monkeypatch):
+    """Empty kernel caches (compiled per device type, checked per device type and dtype) and a fresh dynamo cache,
+    so that each test builds and checks its own kernels; every tensor takes the fused path."""
+    monkeypatch.setattr(rules, "_COMPILED", {})
+    monkeypatch.setattr(rules, "_FUSED", {})
+    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)  # the tests' small tensors take the compiled kernel too
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def _fused_on_cpu_or_skip(monkeypatch):
-    """Compiled stabilisers on the CPU (``PALRP_FUSED_STABILIZERS=compile``, fresh kernel cache), or a skip where
+    """Compiled stabilisers on the CPU (``PALRP_FUSED_STABILIZERS=compile``, fresh kernel caches), or a skip where
     torch.compile cannot build a CPU kernel here (no C++ compiler)."""
     monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    monkeypatch.setattr(rules, "_COMPILED", {})
     monkeypatch.setattr(rules, "_FUSED", {})
-    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
     monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)  # the tests' small tensors take the compiled kernel too
-    rules.stabilized_grad(torch.ones(3), torch.ones(3), 1e-6)
-    if rules._FUSED.get("cpu") is None:
-        pytest.skip("torch.compile cannot build a CPU kernel on this machine (the fused path is CUDA's default)")
+    torch._dynamo.reset()  # no graphs of other tests count towards dynamo's recompile limit
+    _in_backward(torch.ones(3), torch.ones(3), 1e-6)
+    if rules._COMPILED.get("cpu") is None:
+        pytest.skip("torch.compile cannot build a CPU kernel here (no C++ compiler, or inductor's C++ does not build "
+                    "for these kernels, e.g. ATEN_CPU_CAPABILITY=default; the fused path is CUDA's default)")
 
 
-def _assert_equal_to_rounding(fused, reference, dtype):
+def _assert_equal_to_rounding(fused, reference, dtype, z):
     """Element by element within 2 ulp of ``dtype`` (relative), zeros and non-finite values where the reference
-    has them; NaN nowhere."""
+    has them; NaN nowhere. The message names the worst element."""
     assert fused.dtype == dtype and not torch.isnan(fused).any()
     ulp = torch.finfo(dtype).eps
     difference = (fused.double() - reference).abs()
-    assert bool((difference <= 2 * ulp * reference.abs()).all()), float((difference / reference.abs()).nanmax())
-    assert torch.equal(fused == 0, reference == 0)
+    relative = torch.nan_to_num(difference / reference.abs(), nan=0.0).reshape(-1)  # inf where the reference is 0
+    worst = int(relative.argmax())
+    message = (f"worst relative difference {float(relative[worst]):.3g} at z={float(z.reshape(-1)[worst]):.6g}: "
+               f"{float(fused.reshape(-1)[worst]):.6g} vs reference {float(reference.reshape(-1)[worst]):.6g}")
+    assert bool((difference <= 2 * ulp * reference.abs()).all()), message
+    assert torch.equal(fused == 0, reference == 0), message
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mode", ["off", "compile"])
 def test_the_stabiliser_backward_equals_the_slow_reference_to_rounding(dtype, mode, monkeypatch):
     if mode == "compile":
@@ -185,9 +209,9 @@ def test_the_stabiliser_backward_equals_the_slow_reference_to_rounding(dtype, mo
         out = rules.stabilize(leaf, eps)
         torch.testing.assert_close(out, z, rtol=0, atol=0, equal_nan=True)  # the forward: the value, bit for bit
         (g,) = torch.autograd.grad(out, leaf, grad)
-        _assert_equal_to_rounding(g, _slow_stabilized_grad(grad, z, eps), dtype)
-    if mode == "compile":
-        assert ("cpu", dtype) in rules._FUSED_CHECKED  # the compiled kernel answered, not the fallback
+        _assert_equal_to_rounding(g, _slow_stabilized_grad(grad, z, eps), dtype, z)
+    if mode == "compile":  # the compiled kernel passed the probe and answered, not the eager fallback
+        assert rules._FUSED[("cpu", dtype)] is rules._COMPILED["cpu"] is not None
 
 
 def test_an_explanation_with_fused_stabilisers_equals_the_eager_one(monkeypatch):
@@ -199,22 +223,27 @@ def test_an_explanation_with_fused_stabilisers_equals_the_eager_one(monkeypatch)
     eager = explain(model, ids, method="pa_lrp", stabilizers="official")
     _fused_on_cpu_or_skip(monkeypatch)
     fused = explain(model, ids, method="pa_lrp", stabilizers="official")
+    assert rules._FUSED[("cpu", torch.float32)] is not None
     assert torch.equal(fused.logit, eager.logit)
     scale = eager.scores.abs().max()
     torch.testing.assert_close(fused.scores, eager.scores, rtol=0, atol=64 * torch.finfo(torch.float32).eps * scale)
 
 
-def test_auto_compiles_on_cuda_only_and_off_never(monkeypatch):
-    compiled = []
+def test_auto_compiles_on_cuda_only_and_off_never(monkeypatch, fresh_kernels):
+    compiled, checked = [], []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(kw) or fn)
-    monkeypatch.setattr(rules, "_FUSED", {})
+    monkeypatch.setattr(rules, "_check_kernel", lambda kernel, device, dtype, eps=(): checked.append(
+        (device.type, dtype, tuple(eps))) or kernel)
     monkeypatch.delenv(rules.FUSED_STABILIZERS_ENV, raising=False)
     assert rules.fused_stabilizers() == "auto"
-    assert rules._fused_kernel("cpu") is None and not compiled
-    assert rules._fused_kernel("cuda") is rules._stabilized_grad and compiled == [
+    assert rules._fused_kernel("cpu", torch.float32) is None and not compiled
+    assert rules._fused_kernel("cuda", torch.bfloat16, 1e-6) is rules._stabilized_grad and compiled == [
         {"dynamic": True, "fullgraph": True, "options": {"emulate_precision_casts": True}}]
+    assert rules._fused_kernel("cuda:1", torch.bfloat16) is rules._stabilized_grad  # checked once per type and dtype
+    assert rules._fused_kernel("cuda", torch.float32) is rules._stabilized_grad and len(compiled) == 1
+    assert checked == [("cuda", torch.bfloat16, (1e-6,)), ("cuda", torch.float32, ())]
     monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "off")
-    assert rules._fused_kernel("cuda") is None
+    assert rules._fused_kernel("cuda", torch.bfloat16) is None
     monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "fast")
     with pytest.raises(BadInputError, match="PALRP_FUSED_STABILIZERS='fast'") as err:
         rules.fused_stabilizers()
@@ -224,18 +253,28 @@ def test_auto_compiles_on_cuda_only_and_off_never(monkeypatch):
 def test_small_tensors_take_the_eager_expression(monkeypatch):
     """Below FUSED_MIN_ELEMENTS the compiled call would cost more host time than the four eager passes."""
     calls = []
-    monkeypatch.setattr(rules, "_FUSED", {"cpu": lambda *a: calls.append(a) or rules._stabilized_grad(*a)})
-    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
+    monkeypatch.setattr(rules, "_FUSED", {("cpu", torch.float32): lambda *a: calls.append(a)
+                                          or rules._stabilized_grad(*a)})
     monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
     monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 100)
     z, grad = torch.randn(99), torch.randn(99)
-    assert torch.equal(rules.stabilized_grad(grad, z, 1e-6), rules._stabilized_grad(grad, z, 1e-6)) and not calls
+    assert torch.equal(_in_backward(grad, z, 1e-6), rules._stabilized_grad(grad, z, torch.tensor(1e-6)))
+    assert not calls
     z, grad = torch.randn(10, 10), torch.randn(10, 10)
-    assert rules.stabilized_grad(grad, z, 1e-6).shape == (10, 10) and len(calls) == 1
+    assert _in_backward(grad, z, 1e-6).shape == (10, 10) and len(calls) == 1
     assert calls[0][0].shape == (100,)  # flat: one compiled graph per dtype, whatever the rank
+    assert calls[0][2].shape == () and calls[0][2].dtype == torch.float32  # eps: a tensor of z's dtype
+    # a backward that is itself differentiated (create_graph=True) keeps the eager, differentiable expression
+    leaf = z.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(rules.stabilize(leaf, 1e-6), leaf, grad.requires_grad_(True), create_graph=True)
+    assert g.requires_grad and len(calls) == 1
 
 
-def test_a_kernel_that_fails_leaves_the_eager_expression_with_one_warning(monkeypatch, caplog):
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_kernel_that_fails_leaves_the_eager_expression_with_one_warning(monkeypatch, caplog, fresh_kernels):
     calls = []
 
     def broken(*args):
@@ -243,28 +282,93 @@ def test_a_kernel_that_fails_leaves_the_eager_expression_with_one_warning(monkey
         raise RuntimeError("no C++ compiler found\nlong traceback")
 
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: broken)
-    monkeypatch.setattr(rules, "_FUSED", {})
-    monkeypatch.setattr(rules, "_FUSED_CHECKED", set())
-    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)
     monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
     z, grad = _hard_inputs(torch.float32, 1e-6)
     with caplog.at_level("WARNING", logger=rules.__name__):
-        first = rules.stabilized_grad(grad, z, 1e-6)
-        second = rules.stabilized_grad(grad, z, 1e-6)
-    assert len(calls) == 1 and rules._FUSED == {"cpu": None}
-    assert torch.equal(first, rules._stabilized_grad(grad, z, 1e-6)) and torch.equal(first, second)
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        first = _in_backward(grad, z, 1e-6)
+        second = _in_backward(grad, z, 1e-6)
+        third = _in_backward(grad.double(), z.double(), 1e-6)  # the device type is dropped: all dtypes
+    assert len(calls) == 1 and rules._COMPILED == {"cpu": None}
+    assert rules._FUSED == {("cpu", torch.float32): None, ("cpu", torch.float64): None}
+    assert torch.equal(first, rules._stabilized_grad(grad, z, torch.tensor(1e-6))) and torch.equal(first, second)
+    assert torch.equal(third, rules._stabilized_grad(grad.double(), z.double(), torch.tensor(1e-6, dtype=torch.float64)))
+    warnings = _warnings(caplog)
     assert len(warnings) == 1 and "RuntimeError: no C++ compiler found" in warnings[0] and "\n" not in warnings[0]
+
+
+def _unrounded_eps_kernel(grad, z, eps):
+    """A deliberately wrong kernel: it adds ``eps`` in float32 without rounding it to ``z``'s dtype first (1 ulp
+    of float32 off the value eager adds), so its denominator misses zero at ``z = -eps``: a large finite factor
+    where the eager expression gives 0 (and 0 where it gives a large one) -- the kind of bug the bfloat16 CUDA
+    kernel had."""
+    den = z.float() + eps.float() * (1 + torch.finfo(torch.float32).eps)
+    factor = torch.div(z.float(), den).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return (factor * grad.float()).to(z.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_kernel_that_differs_from_the_eager_expression_is_dropped_before_use(dtype, monkeypatch, caplog,
+                                                                               fresh_kernels):
+    """The guard on the CPU with a deliberately wrong kernel: it is checked on the probe before its first use,
+    disagrees at ``z = -eps``, is dropped with one warning, and every result is the eager expression's, bit for
+    bit (the same check runs on CUDA, where the compiled kernel is the default)."""
+    calls = []
+
+    def wrong(grad, z, eps):
+        calls.append(z.shape)
+        return _unrounded_eps_kernel(grad, z, eps)
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: wrong)
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    z, grad = _hard_inputs(dtype, 1e-6)
+    with caplog.at_level("WARNING", logger=rules.__name__):
+        first = _in_backward(grad, z, 1e-6)
+        leaf = z.clone().requires_grad_(True)
+        (second,) = torch.autograd.grad(rules.stabilize(leaf, 0.5e-6), leaf, grad)
+    eager = rules._stabilized_grad(grad, z, torch.tensor(1e-6, dtype=dtype))
+    assert torch.equal(first, eager)
+    assert torch.equal(second, rules._stabilized_grad(grad, z, torch.tensor(0.5e-6, dtype=dtype)))
+    assert rules._FUSED == {("cpu", dtype): None} and rules._COMPILED["cpu"] is wrong
+    assert calls and all(shape != z.shape for shape in calls) and len(calls) == 1  # the probe's first eps only
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert f"fused stabilisers on cpu in {str(dtype)[6:]} differ from the eager expression" in warnings[0]
+    assert "eager 0" in warnings[0]  # the first disagreement: z = -eps, where eager gives 0
+    # the wrong kernel would have answered differently on these inputs: the guard is what kept it out
+    assert not torch.equal(_unrounded_eps_kernel(grad.reshape(-1), z.reshape(-1), torch.tensor(1e-6, dtype=dtype)),
+                           eager.reshape(-1))
+
+
+def test_one_graph_per_dtype_serves_every_eps_and_size(monkeypatch, fresh_kernels):
+    """``eps`` is a tensor input and sizes are dynamic: the probe and every later call of a dtype share one graph
+    (dynamo's frame count, with a counting backend in place of inductor)."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic, fullgraph, options: real_compile(
+        fn, backend=counter, dynamic=dynamic, fullgraph=fullgraph))
+    monkeypatch.setenv(rules.FUSED_STABILIZERS_ENV, "compile")
+    for dtype in (torch.float32, torch.bfloat16):
+        for eps in (1e-8, 0.5e-6, 1e-5, 3e-3):
+            for shape in ((7, 11), (5, 300), (4096,)):
+                z, grad = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+                got = _in_backward(grad, z, eps)
+                assert torch.equal(got, rules._stabilized_grad(grad, z, torch.tensor(eps, dtype=dtype)))
+        assert rules._FUSED[("cpu", dtype)] is not None
+    assert counter.frame_count == 2
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_fused_cuda_kernel_equals_the_slow_reference_to_rounding(dtype, monkeypatch):
+def test_the_fused_cuda_kernel_equals_the_slow_reference_to_rounding(dtype, monkeypatch, caplog, fresh_kernels):
+    """The compiled CUDA kernel passes the probe (it is not dropped) and equals the slow reference to rounding; the
+    CPU twin is the ``compile`` case of the test above (the same probe and guard)."""
     monkeypatch.delenv(rules.FUSED_STABILIZERS_ENV, raising=False)  # auto: compiled on CUDA
-    monkeypatch.setattr(rules, "FUSED_MIN_ELEMENTS", 0)
-    for eps in (1e-8, 0.5e-6):
-        z, grad = _hard_inputs(dtype, eps)
-        z, grad = z.cuda(), grad.cuda()
-        g = rules.stabilized_grad(grad, z, eps)
-        _assert_equal_to_rounding(g.cpu(), _slow_stabilized_grad(grad.cpu(), z.cpu(), eps), dtype)
-    assert ("cuda", dtype) in rules._FUSED_CHECKED, "the compiled kernel failed on CUDA (see the warning)"
+    with caplog.at_level("WARNING", logger=rules.__name__):
+        for eps in (1e-8, 0.5e-6):
+            z, grad = _hard_inputs(dtype, eps)
+            z, grad = z.cuda(), grad.cuda()
+            g = _in_backward(grad, z, eps)
+            _assert_equal_to_rounding(g.cpu(), _slow_stabilized_grad(grad.cpu(), z.cpu(), eps), dtype, z.cpu())
+    assert rules._FUSED[("cuda", dtype)] is not None, f"the compiled kernel was dropped on CUDA: {_warnings(caplog)}"

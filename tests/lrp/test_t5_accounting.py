@@ -116,3 +116,27 @@ def test_both_rules_give_each_layer_the_bias_relevance(variant):
         assert f"{prefix}_query" not in key.relevance  # the key rule makes the query ones constants
     for name in ("embeds", "decoder_embeds"):
         assert torch.allclose(half.relevance[name], key.relevance[name], atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("method", ["pa_lrp", "attnlrp"])
+def test_the_result_alone_accounts_for_the_logit(variant, method):
+    """:func:`palrp_bench.explain` returns what the softmax rules absorbed (``extras["absorbed"]``): with it the
+    parts of the result add up to the logit, and it equals the recorder's measurement (relevance entering minus
+    leaving each softmax; under ``attnlrp``, which holds the relative bias constant, plus the bias's relevance)."""
+    from palrp_bench import explain
+
+    model = make_t5(variant, D)
+    twin, inputs, att, rec = ledger(model)
+    e = explain(model, inputs.input_ids, inputs.attention_mask, decoder_input_ids=inputs.decoder_input_ids,
+                decoder_attention_mask=inputs.decoder_attention_mask, method=method)
+    parts = (e.semantic.sum(-1) + e.extras["decoder_semantic"].sum(-1) + e.positional.sum((1, 2, 3))
+             + e.extras["decoder_positional"].sum((1, 2, 3)))
+    absorbed = e.extras["absorbed"]
+    assert absorbed.dtype == D and absorbed.shape == (2,) and (absorbed.abs() > 0.01 * e.logit.abs()).all()
+    assert ((parts + absorbed - e.logit).abs() <= TOL * e.logit.abs()).all()
+    measured = rec.absorbed()
+    if method == "attnlrp":
+        assert e.positional.abs().max() == 0
+        measured = measured + totals(att, "encoder_bias").sum(0) + totals(att, "decoder_bias").sum(0)
+    assert ((absorbed - measured).abs() <= TOL * e.logit.abs()).all()

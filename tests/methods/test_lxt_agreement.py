@@ -148,6 +148,17 @@ def float64_semantic(model, seq, phase, attention):
     return (embeds.detach() * grad).sum(-1)[0].numpy()
 
 
+def assert_float64_gap_is_lxts_numerics(monkeypatch, model, seqs, theirs, phase, attn) -> None:
+    """float64 relevance of our twin for ``seqs`` vs lxt's ``theirs``: within ``TOL`` as is, and float32 rounding
+    once lxt's identity-rule epsilon and float32 statistics are emulated (the families' tests)."""
+    plain = [float64_semantic(model, s, phase, attn) for s in seqs]
+    assert max(rel_diff(o, t) for o, t in zip(plain, theirs)) < TOL[phase]
+    monkeypatch.setattr(rules, "activation", lxt_identity_activation)
+    monkeypatch.setattr(rules, "torch", TorchWithFloat32Statistics())
+    emulated = [float64_semantic(model, s, phase, attn) for s in seqs]
+    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) <= EMULATED_F32_TOL
+
+
 @pytest.mark.parametrize("phase", sorted(OUR_METHOD))
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -29,10 +29,8 @@ import transformers
 
 from conftest import DATA
 from palrp_bench import explain
-from palrp_bench.lrp import rules
-from methods.test_lxt_agreement import (EMULATED_F32_TOL, OUR_METHOD, TOL, float64_semantic, per_sequence,
+from methods.test_lxt_agreement import (OUR_METHOD, TOL, assert_float64_gap_is_lxts_numerics, per_sequence,
                                         rel_diff)
-from reference.library_numerics import TorchWithFloat32Statistics, lxt_identity_activation
 
 REF_FILE = DATA / "reference_lxt" / "lxt_families.npz"
 MODELS_DIR = DATA / "reference_lxt" / "models"
@@ -106,11 +104,5 @@ def test_tolerance_separates_rule_sets(ref, name):
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("name", FAMILIES)
 def test_float64_difference_is_exactly_lxts_numerics(ref, monkeypatch, name, attn, phase):
-    model = load(name, "float64")
     theirs = per_sequence(ref, name, f"{name}.float64.{attn}.{phase}")
-    plain = [float64_semantic(model, s, phase, attn) for s in sequences(name)]
-    assert max(rel_diff(o, t) for o, t in zip(plain, theirs)) < TOL[phase]
-    monkeypatch.setattr(rules, "activation", lxt_identity_activation)
-    monkeypatch.setattr(rules, "torch", TorchWithFloat32Statistics())
-    emulated = [float64_semantic(model, s, phase, attn) for s in sequences(name)]
-    assert max(rel_diff(o, t) for o, t in zip(emulated, theirs)) <= EMULATED_F32_TOL
+    assert_float64_gap_is_lxts_numerics(monkeypatch, load(name, "float64"), sequences(name), theirs, phase, attn)

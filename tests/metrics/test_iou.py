@@ -1,6 +1,7 @@
-"""The AttnLRP paper's SQuAD v2 plausibility metric ``iou`` (palrp_bench/metrics/evidence.py, ``positive_iou``;
-docs/baselines.md "The Flan-T5 SQuAD v2 column"): hand cases, the strict threshold at 0, the valid mask, non-finite rows, and the
-per-sample rows through metrics/table.py."""
+"""The AttnLRP paper's SQuAD v2 plausibility metric ``iou`` (palrp_bench/metrics/evidence.py, ``positive_iou`` and
+``top_answer_iou``; docs/baselines.md "The Flan-T5 SQuAD v2 column"): hand cases, the strict threshold at 0, the
+top-|A| reading and its scale-freedom, the valid mask, non-finite rows, and the per-sample rows through
+metrics/table.py with the note that the published IoU is not comparable."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 from palrp_bench.errors import BadInputError
-from palrp_bench.metrics.evidence import IOU_METRIC, per_token_accuracy, positive_iou
+from palrp_bench.metrics.evidence import (IOU_METRIC, IOU_NOTE, IOU_VARIANTS, per_token_accuracy, positive_iou,
+                                          top_answer_iou)
 from palrp_bench.metrics.registry import higher_is_better, metric_specs
 from palrp_bench.metrics.table import table_metrics
 
@@ -65,10 +67,36 @@ def test_refuses_evidence_outside_the_mask():
         positive_iou(torch.ones(1, 2), _b([[T, T]]), _b([[T, F_]]))
 
 
-def test_table_metric_is_the_sample_mean_in_unit_scale():
-    assert IOU_METRIC in metric_specs() and higher_is_better(IOU_METRIC, "default") is True
+def test_top_answer_reads_the_as_many_highest_scores_as_the_answer_has():
+    scores = torch.tensor([[1.0, 2.0, -1.0, 0.5],    # E = {1, 2}: top 2 = {1, 0}: 1 / 3
+                           [0.0, 3.0, -2.0, -1.0],   # E = {1}: top 1 = {1}: 1
+                           [-1.0, -2.0, -3.0, -4.0],  # E = {0}: top 1 = {0} (no positive score needed): 1
+                           [0.4, 0.4, 0.3, 0.4],     # E = {1}: tie at the top, lower position first: {0}: 0
+                           [5.0, 1.0, 1.0, 0.0]])    # E = {}: 0
+    evidence = _b([[F_, T, T, F_], [F_, T, F_, F_], [T, F_, F_, F_], [F_, T, F_, F_], [F_, F_, F_, F_]])
+    valid = torch.ones(5, 4, dtype=torch.bool)
+    assert top_answer_iou(scores, evidence, valid).tolist() == pytest.approx([1 / 3, 1.0, 1.0, 0.0, 0.0])
+    # an invalid token never enters the top set
+    assert top_answer_iou(torch.tensor([[9.0, 1.0, 2.0]]), _b([[F_, T, F_]]), _b([[F_, T, T]])).tolist() == [0.0]
+    assert top_answer_iou(torch.tensor([[9.0, 2.0, 1.0]]), _b([[F_, T, F_]]), _b([[F_, T, T]])).tolist() == [1.0]
+
+
+def test_top_answer_is_scale_free_and_positive_is_not():
+    gen = torch.Generator().manual_seed(1)
+    scores = torch.randn(6, 15, generator=gen, dtype=torch.float64)
+    evidence = torch.zeros(6, 15, dtype=torch.bool)
+    evidence[:, 3:6] = True
+    valid = torch.ones_like(evidence)
+    base = top_answer_iou(scores, evidence, valid)
+    assert torch.equal(top_answer_iou(3.0 * scores + 7.0, evidence, valid), base)
+    assert not torch.equal(positive_iou(scores + 7.0, evidence, valid), positive_iou(scores, evidence, valid))
+
+
+def test_table_metric_is_the_sample_mean_in_unit_scale_with_the_comparability_note():
+    assert IOU_METRIC in metric_specs() and higher_is_better(IOU_METRIC, "positive") is True
+    assert metric_specs()[IOU_METRIC].variants == IOU_VARIANTS == ("positive", "top_answer")
     values = [0.25, 1.0, 0.5]
-    rows = pd.DataFrame({"sample_id": ["a", "b", "c"], "metric": IOU_METRIC, "variant": "default",
+    rows = pd.DataFrame({"sample_id": ["a", "b", "c"], "metric": IOU_METRIC, "variant": "positive",
                          "step": np.nan, "value": values})
     for col, value in (("model", "m"), ("task", "t"), ("method", "x"), ("protocol", "official"),
                        ("paper_task", "t"), ("quantization", "none"), ("dtype", "float32"), ("rules", ""),
@@ -78,4 +106,4 @@ def test_table_metric_is_the_sample_mean_in_unit_scale():
     table = table_metrics(rows, 0.95, 200)
     row = table[table["metric"] == IOU_METRIC].iloc[0]
     assert row["value"] == pytest.approx(np.mean(values), abs=1e-12)
-    assert row["n"] == 3
+    assert row["n"] == 3 and row["variant"] == "positive" and IOU_NOTE in row["note"]

@@ -48,7 +48,7 @@ def test_every_metric_is_registered_by_the_module_of_its_function():
     specs = metric_specs()
     assert set(specs) == {"auac", "au_mse", "auc_predicted", "auc_target", "pixel_accuracy", "miou", "map",
                           "positional_share_percent", "tied_pixel_share", "delta_a", "a_morf", "a_lerf",
-                          "pg", "mrr", "rma", "pta", "tied_token_share", "iou"}
+                          "pg", "mrr", "rma", "pta", "tied_token_share", "iou", "map_sensitivity"}
     for spec in specs.values():
         assert spec.sources and callable(spec.compute), spec.name
     assert curve_inputs() == ("ac", "accuracy", "agreement", "mse")

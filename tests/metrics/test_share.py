@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +64,16 @@ def test_explanation_helper_and_errors():
         positional_share(SEM, POS[:1])
     with pytest.raises(BadInputError):
         positional_share(SEM, POS, cls_terms=(torch.zeros(3), torch.zeros(3)))
+
+
+def test_pooled_share_is_undefined_where_the_parts_have_opposite_signs_or_no_total():
+    # the tiny ViT's Gradient x Input (docs/evaluation.md): the two sums nearly cancel, P / (S + P) would be -97048 %
+    assert np.isnan(pooled_positional_share(np.array([-0.4304]), np.array([0.4306])))
+    assert np.isnan(pooled_positional_share(np.array([1.0, -1.0]), np.array([0.5, -0.5])))  # S + P = 0
+    assert np.isnan(pooled_positional_share(np.array([2.0]), np.array([-0.5])))  # S > 0, P < 0: share -33 %
+    # same signs: a share in [0, 100], as before (LRP rows: DeiT, the tiny ViT)
+    assert pooled_positional_share(np.array([3.0, 1.0]), np.array([1.0, 0.0])) == pytest.approx(20.0)
+    assert pooled_positional_share(np.array([-3.0]), np.array([-1.0])) == pytest.approx(25.0)
+    assert pooled_positional_share(np.array([0.0]), np.array([2.0])) == pytest.approx(100.0)
+    both = pooled_positional_share(np.array([[3.0], [-0.4304]]), np.array([[1.0], [0.4306]]))  # vectorised
+    assert both[0] == pytest.approx(25.0) and np.isnan(both[1])

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from palrp_bench.metrics.nlp import auac
-from palrp_bench.metrics.table import confidence_interval, metric_samples, table_metrics
+from palrp_bench.metrics.table import (MIN_SAMPLES_FOR_INTERVAL, SMALL_SAMPLE_NOTE, confidence_interval,
+                                       metric_samples, table_metrics)
 
 OFFICIAL = Path(__file__).resolve().parents[1] / "data" / "official"
 CELL = dict(run="r", model="m", quantization="none", dtype="float32", task="t", paper_task="t", protocol="official",
@@ -113,6 +114,17 @@ def test_interval_is_scipys_bca_bootstrap_of_the_metric_function():
     assert low == pytest.approx(ref.low, rel=1e-9) and high == pytest.approx(ref.high, rel=1e-9)
 
 
+def test_an_interval_of_few_samples_is_flagged():
+    """Below MIN_SAMPLES_FOR_INTERVAL the interval is kept but its note says it undercovers (the summary and the
+    report print the note as a footnote); at the minimum it is not flagged."""
+    rng = np.random.default_rng(5)
+    for n, flagged in ((3, True), (MIN_SAMPLES_FOR_INTERVAL - 1, True), (MIN_SAMPLES_FOR_INTERVAL, False)):
+        (row,) = table_metrics(_curves(rng.uniform(size=(n, 11))), n_resamples=200).to_dict("records")
+        assert row["ci_low"] < row["value"] < row["ci_high"]
+        assert row["note"] == (SMALL_SAMPLE_NOTE if flagged else ""), n
+    assert "fewer than 15 samples" in SMALL_SAMPLE_NOTE and MIN_SAMPLES_FOR_INTERVAL == 15  # docs/evaluation.md
+
+
 @pytest.mark.parametrize("name", ["curves_imdb_pad24.json", "curves_wiki_causal.json"])
 def test_nlp_areas_equal_the_official_aggregate(name):
     data = json.loads((OFFICIAL / "nlp" / name).read_text())
@@ -166,12 +178,32 @@ def test_segmentation_pooling_equals_the_official_metrics():
 
 
 def test_an_interval_that_excludes_its_estimate_is_reported_as_no_interval():
-    """A positional share whose denominator S + P crosses zero across samples: BCa can exclude the estimate."""
+    """A ratio whose denominator crosses zero across samples (``100 * sum P / sum (S + P)`` without the share's
+    sign rule): BCa can exclude the estimate."""
+    from palrp_bench.metrics.registry import MetricSpec
+    from palrp_bench.metrics.table import MetricSamples
+
     rng = np.random.default_rng(1)  # measured: BCa gives [4327, 30369] around an estimate of 1252
-    s_tot = rng.normal(0.0, 1.0, 16)
-    p_tot = rng.normal(0.05, 1.0, 16)
-    rows = [(f"s{i}", name, "all", np.nan, v) for i, (a, b) in enumerate(zip(s_tot, p_tot))
-            for name, v in (("relevance_semantic", a), ("relevance_positional", b))]
-    (row,) = table_metrics(_rows(rows), n_resamples=500).to_dict("records")
-    assert np.isfinite(row["value"]) and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
-    assert "unstable statistic" in row["note"]
+    comps = np.stack([rng.normal(0.0, 1.0, 16), rng.normal(0.05, 1.0, 16)], axis=1)
+    ratio = MetricSpec("ratio", None, "", "", "6",
+                       compute=lambda c: 100 * c[..., 1].sum(-1) / (c[..., 0].sum(-1) + c[..., 1].sum(-1)))
+    samples = MetricSamples(CELL, ratio, "all", np.array([f"s{i}" for i in range(16)]), comps)
+    low, high, note = confidence_interval(samples, n_resamples=500)
+    assert np.isfinite(samples.value()) and np.isnan(low) and np.isnan(high)
+    assert "unstable statistic" in note
+
+
+def test_an_undefined_share_is_nan_with_its_reason_and_prints_as_undefined():
+    from palrp_bench.metrics.share import UNDEFINED_SHARE
+    from palrp_bench.report.summary import summary_text
+
+    # per image S and P nearly cancel with opposite signs (plain Gradient x Input on the tiny ViT)
+    records = [(f"s{i}", name, "all", np.nan, value) for i, (s, p) in enumerate([(-0.2, 0.21), (-0.3, 0.29)])
+               for name, value in (("relevance_semantic", s), ("relevance_positional", p))]
+    frame = table_metrics(_rows(records, method="grad_x_input"), n_resamples=200)
+    row = frame[(frame.metric == "positional_share_percent") & (frame.variant == "all")].iloc[0]
+    assert np.isnan(row["value"]) and np.isnan(row["ci_low"]) and row["note"] == UNDEFINED_SHARE
+    assert row["n"] == 2  # the samples are there; the quantity has no value on them
+    text = summary_text(frame.assign(tie_break="", paper_table="", published=np.nan))
+    assert "| undefined (1)" in text and f"(1) {UNDEFINED_SHARE}" in text
+    assert "-" not in text.split("positional_share_percent:all")[1].split("\n")[2].split("|")[4]

@@ -20,7 +20,8 @@ from palrp_bench import explain
 from palrp_bench.errors import UnsupportedModelError
 from palrp_bench.lrp.composites import ATTNLRP, GRAD_X_INPUT
 from palrp_bench.models.decoder import DECODER_SPECS, DecoderTwin, spec_for
-from models.tiny_families import FAMILIES, VOCAB, WINDOW, family_config, make_model, random_ids, variants
+from models.tiny_families import (FAMILIES, MOE_FAMILIES, VOCAB, WINDOW, family_config, make_model, random_ids,
+                                  variants)
 from reference.library_numerics import emulate_library_float32_steps
 
 CASES = [(f, v) for f in FAMILIES for v in variants(f)]
@@ -99,6 +100,32 @@ def test_the_sliding_window_is_exercised(family, variant):
     out, _ = twin_logits(model, ids)
     model.config.sliding_window = 64  # now the library attends to everything
     assert (out.all_logits - library_logits(model, ids)).abs().max() > 1e-3
+
+
+def _sparse_routers(model):
+    twin = DecoderTwin(model)
+    blocks = [getattr(layer, twin.spec.mlp_block) for layer in twin.layers]
+    return [getattr(b, twin.spec.moe.router) for b in blocks if twin.spec.moe.is_sparse(b)]
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_the_routing_is_exercised(family):
+    """Parity above is evidence for the router only if its choice changes the logits: the library choosing one
+    expert per token instead of two does; so do DeepSeek's selection bias and its limit to the best group."""
+    model = make_model(family, "causal")
+    ids = random_ids(2, 11)
+    out, _ = twin_logits(model, ids)
+    changes = [("top_k", 1)]
+    if family == "deepseek_v3":
+        changes += [("e_score_correction_bias", None), ("topk_group", model.config.n_group)]
+    for name, value in changes:
+        changed = make_model(family, "causal")
+        for router in _sparse_routers(changed):
+            if value is None:
+                getattr(router, name).zero_()
+            else:
+                setattr(router, name, value)
+        assert (out.all_logits - library_logits(changed, ids)).abs().max() > 1e-3, name
 
 
 @pytest.mark.parametrize("kind", ["causal", "classifier"])
@@ -240,12 +267,19 @@ def test_other_heads_are_refused_in_one_line(family):
     ("gemma3", dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
     ("qwen2", dict(layer_types=["full_attention", "chunked_attention"]), "chunked_attention"),
     ("qwen3", dict(layer_types=["full_attention", "chunked_attention"]), "chunked_attention"),
+    ("olmoe", dict(clip_qkv=8.0), "clip_qkv"),
 ])
 def test_unsupported_configurations_are_refused_in_one_line(family, overrides, needle):
     model = make_model(family, "causal")
     for key, value in overrides.items():
         setattr(model.config, key, value)
     one_line_refusal(model, needle)
+
+
+def test_an_expert_layout_the_twin_does_not_read_is_refused_in_one_line():
+    model = make_model("mixtral", "causal")
+    model.model.layers[1].mlp.experts.is_transposed = True  # e.g. GPT-OSS stores [E, D, 2I]
+    one_line_refusal(model, "is_transposed=True", "MixtralExperts")
 
 
 def test_a_spec_option_the_twin_lacks_is_refused_in_one_line(monkeypatch):

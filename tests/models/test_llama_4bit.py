@@ -40,27 +40,41 @@ def quantized(checkpoint):
     return load_hf_model(path, kind=kind, dtype="float32", quantization="nf4")  # a failure here fails the test
 
 
-@pytest.fixture(scope="module")
-def float_twin(checkpoint, quantized):
-    """The checkpoint in float32 with the dequantized 4-bit weights in place of its linear weights."""
-    path, kind = checkpoint
+def dequantized_float_model(path: str, kind: str, quantized) -> tuple[torch.nn.Module, list[str]]:
+    """The checkpoint at ``path`` in float32 with the dequantized weights of ``quantized``'s 4-bit layers in place of
+    its linear weights, and the names of the replaced layers."""
     model = load_hf_model(path, kind=kind, dtype="float32")
     modules = dict(model.named_modules())
-    replaced = 0
+    replaced = []
     with torch.no_grad():
         for name, layer in quantized.named_modules():
             if isinstance(layer, bnb.nn.Linear4bit):
                 target = modules[name]
                 weight = bnb.functional.dequantize_4bit(layer.weight.data, layer.weight.quant_state)
                 target.weight.copy_(weight.reshape(target.weight.shape).to(torch.float32))
-                replaced += 1
-    assert replaced == 7 * 2  # q, k, v, o, gate, up, down in each of the 2 layers
+                replaced.append(name)
+    return model, replaced
+
+
+@pytest.fixture(scope="module")
+def float_twin(checkpoint, quantized):
+    """The checkpoint in float32 with the dequantized 4-bit weights in place of its linear weights."""
+    model, replaced = dequantized_float_model(*checkpoint, quantized)
+    assert len(replaced) == 7 * 2  # q, k, v, o, gate, up, down in each of the 2 layers
     return model
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     a, b = a.detach().cpu(), b.detach().cpu()
     return bool((a - b).abs().max() <= FLOAT32_RTOL * max(float(b.abs().max()), 1e-12))
+
+
+def assert_explanations_close(rel, ref) -> None:
+    """Every part of two explanations finite and equal to float32 rounding (:func:`_close`)."""
+    for part in ("scores", "semantic", "positional", "logit"):
+        ours, theirs = getattr(rel, part), getattr(ref, part)
+        assert bool(torch.isfinite(ours).all()), part
+        assert _close(ours, theirs), (part, float((ours - theirs).abs().max()))
 
 
 def _device(model) -> torch.device:
@@ -98,10 +112,7 @@ def test_twin_parity_and_explain_on_4bit(quantized):
 def test_relevance_through_linear4bit_equals_the_dequantized_float_twin(quantized, float_twin, checkpoint, method):
     ids = random_ids(2, 9)
     rel, ref = explain(quantized, ids, method=method), explain(float_twin, ids, method=method)
-    for part in ("scores", "semantic", "positional", "logit"):
-        ours, theirs = getattr(rel, part), getattr(ref, part)
-        assert bool(torch.isfinite(ours).all()), part
-        assert _close(ours, theirs), (part, float((ours - theirs).abs().max()))
+    assert_explanations_close(rel, ref)
     assert rel.semantic.abs().sum() > 0 and (method == "attnlrp" or rel.positional.abs().sum() > 0)
     # non-trivial: the quantization error is far above the tolerance (the original float weights explain otherwise)
     path, kind = checkpoint

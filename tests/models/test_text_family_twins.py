@@ -266,7 +266,7 @@ def test_bad_inputs_and_options_are_refused_in_one_line():
         (causal, dict(alibi_rule="half"), "unknown alibi_rule"),
         (causal, dict(rope_theta=1.0), "takes no option rope_theta"),
         (causal, dict(attention="flash"), "unknown attention"),
-        (causal, dict(token_type_ids=torch.zeros(2, 6, dtype=torch.long)), "has no token types"),
+        (causal, dict(token_type_ids=torch.ones(2, 6, dtype=torch.long)), "has no token types"),  # zeros: ignored
     ]
     for model, kwargs, match in cases:
         inputs = ids

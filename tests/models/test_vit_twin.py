@@ -244,6 +244,11 @@ def test_identity_with_biases(composite):
     total, softmax, bias = ledger(model, x, composite, attention="eager", with_biases=True)
     assert bias.abs() > 1e-3
     assert torch.allclose(total + softmax + bias, torch.ones_like(total), atol=1e-8, rtol=0)
+    # explain returns what no sink received (softmax and biases), and its parts add up to the starting relevance
+    e = explain(model, x, method="pa_lrp", rules=composite, stabilizers="none")
+    assert torch.allclose(e.extras["absorbed"], softmax + bias, atol=1e-8, rtol=0)
+    reached = e.extras["semantic_total_incl_prefix"] + e.extras["positional_total_incl_prefix"]
+    assert torch.allclose(reached + e.extras["absorbed"], torch.ones_like(reached), atol=1e-12, rtol=0)
 
 
 # ------------------------------------------------------------------------------------ refusals and errors

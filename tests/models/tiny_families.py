@@ -2,9 +2,13 @@
 
 One registry (:data:`FAMILIES`) drives every family test module: per family, the config class, the model classes
 and the options that exercise what the family adds (sliding windows shorter than the test sequences, biases,
-q/k norms, soft-capping, two RoPE tables, fused projections, partial rotary, LongRoPE, parallel residual). All
-models: 2 layers, hidden 32, 4 heads, vocabulary 96. Hugging Face initialises norm gains to 1 (0 for Gemma's
-``1 + w``) and biases to 0, which would leave them unexercised: every norm weight and bias gets N(0, 0.1^2) added.
+q/k norms, soft-capping, two RoPE tables, fused projections, partial rotary, LongRoPE, parallel residual; for the
+mixture-of-experts families 4-8 experts of which 2 are chosen, shared experts, dense and sparse layers, grouped
+choice with a selection bias, latent attention with decoupled RoPE). All models: 2 layers, hidden 32, 4 heads,
+vocabulary 96. Hugging Face initialises norm gains to 1 (0 for Gemma's ``1 + w``) and biases to 0, which would
+leave them unexercised: every norm weight and bias gets N(0, 0.1^2) added (DeepSeek's selection bias, a buffer,
+too). Experts run with the library's eager implementation (its grouped kernels refuse float64), a family without
+a head (OLMoE has no classifier) skips that head's tests.
 """
 from __future__ import annotations
 
@@ -64,7 +68,38 @@ FAMILIES: dict[str, tuple] = {
                   "sequential": dict(use_parallel_residual=False,
                                      rope_parameters={"rope_type": "default", "rope_theta": 1e4,
                                                       "partial_rotary_factor": 0.5})}),
+    "mixtral": ("MixtralConfig", {"causal": "MixtralForCausalLM", "classifier": "MixtralForSequenceClassification"},
+                {"window": dict(num_key_value_heads=2, sliding_window=WINDOW, num_local_experts=4,
+                                num_experts_per_tok=2)}),
+    "qwen2_moe": ("Qwen2MoeConfig", {"causal": "Qwen2MoeForCausalLM",
+                                     "classifier": "Qwen2MoeForSequenceClassification"},
+                  {"shared": dict(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                  shared_expert_intermediate_size=24, norm_topk_prob=False, mlp_only_layers=[1],
+                                  use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1)}),
+    "qwen3_moe": ("Qwen3MoeConfig", {"causal": "Qwen3MoeForCausalLM",
+                                     "classifier": "Qwen3MoeForSequenceClassification"},
+                  {"normalized": dict(num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                      moe_intermediate_size=16, norm_topk_prob=True)}),
+    "olmoe": ("OlmoeConfig", {"causal": "OlmoeForCausalLM"},
+              {"gqa": dict(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, intermediate_size=16,
+                           norm_topk_prob=False)}),
+    "deepseek_v3": ("DeepseekV3Config", {"causal": "DeepseekV3ForCausalLM",
+                                         "classifier": "DeepseekV3ForSequenceClassification"},
+                    {"lora_grouped": dict(num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                          v_head_dim=12, n_routed_experts=8, n_group=2, topk_group=1,
+                                          num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1,
+                                          moe_intermediate_size=16, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                          rope_interleave=True),
+                     "yarn": dict(num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                                  v_head_dim=8, n_routed_experts=4, n_group=1, topk_group=1, num_experts_per_tok=2,
+                                  first_k_dense_replace=0, n_shared_experts=2, moe_intermediate_size=16,
+                                  routed_scaling_factor=1.5, norm_topk_prob=False, rope_interleave=False,
+                                  rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                   "original_max_position_embeddings": 16, "mscale": 1.0,
+                                                   "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1})}),
 }
+#: the mixture-of-experts families
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3")
 
 
 def variants(family: str) -> list[str]:
@@ -78,17 +113,26 @@ def family_config(family: str, variant: str | None = None, **overrides):
 
 
 def perturb_norms_and_biases(model, scale: float = 0.1, seed: int = 1) -> None:
-    """Add N(0, scale^2) to every norm weight and bias (Hugging Face initialises them to constants)."""
+    """Add N(0, scale^2) to every norm weight and bias (Hugging Face initialises them to constants), and to a
+    router's selection bias (a buffer)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name.lower():
                 p.add_(scale * torch.randn(p.shape, generator=g).to(p.dtype))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.add_(scale * torch.randn(b.shape, generator=g).to(b.dtype))
 
 
 def make_model(family: str, kind: str = "causal", variant: str | None = None, dtype=torch.float32, seed: int = 0,
                attn: str = "sdpa", **overrides):
-    """A tiny random model of ``family`` (``kind``: causal or classifier) in eval mode."""
+    """A tiny random model of ``family`` (``kind``: causal or classifier) in eval mode; skips the calling test when
+    transformers has no such head for the family."""
+    if kind not in FAMILIES[family][1]:
+        import pytest
+
+        pytest.skip(f"transformers has no {kind} head for {family}")
     cfg = family_config(family, variant, **overrides)
     if kind == "classifier":
         cfg.num_labels = 2
@@ -100,6 +144,8 @@ def make_model(family: str, kind: str = "causal", variant: str | None = None, dt
     # the library's SDPA cannot soft-cap scores (Gemma 2 refuses it): its reference is then the eager path
     capped = getattr(cfg, "attn_logit_softcapping", None) is not None and family == "gemma2"
     model.config._attn_implementation = "eager" if capped else attn
+    if family in MOE_FAMILIES:
+        model.config._experts_implementation = "eager"  # the grouped kernels refuse float64
     return model
 
 

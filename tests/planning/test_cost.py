@@ -1,6 +1,7 @@
 """The cost model (docs/planning.md): parameter counts against the libraries' own models, the per-sample work against
 the forwards the procedures really run, the estimate's arithmetic, and where constants are read from."""
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from palrp_bench.planning.cost import (NF4_BYTES_PER_PARAM, Architecture, CostCo
                                      Work, architecture_of, hf_architecture, estimate, load_constants,
                                      peak_memory, sample_work, user_cost_path, work_units)
 from palrp_bench.runner.plan import plan_cells
+from models.tiny_families import MOE_FAMILIES, make_model
 from models.tiny_llama import BASE, VARIANTS, make_llama
 from runner.harness import compose_cfg
 
@@ -65,6 +67,50 @@ def test_known_architectures_are_the_public_model_sizes():
     assert sizes["TinyLlama/TinyLlama-1.1B-Chat-v1.0"] == 1_100_048_384
     assert sizes["google/flan-t5-xl"] == 2_849_757_184
     assert sizes["google/flan-t5-base"] == 247_577_856
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_moe_parameters_split_active_from_total(family):
+    """Memory counts every parameter; time counts the k of E routed experts a token uses (the fused experts of
+    each sparse block, counted here from the library modules) and the widest MLP a token passes."""
+    model = make_model(family, "causal")
+    arch = hf_architecture(model.config.to_dict(), "causal")
+    assert arch.params == model.num_parameters()
+    k = model.config.num_experts_per_tok
+    sparse = [m for m in model.modules() if hasattr(m, "gate_up_proj") and m.gate_up_proj.dim() == 3]
+    assert sparse
+    inactive = sum((e.gate_up_proj.numel() + e.down_proj.numel()) * (1 - k / e.gate_up_proj.shape[0])
+                   for e in sparse)
+    assert arch.inactive_params == int(inactive) and 0 < arch.inactive_params < arch.body_params
+    widths = [k * e.down_proj.shape[-1] for e in sparse]
+    assert arch.ffn >= max(widths)
+    assert hf_architecture(make_llama("gqa", "causal").config.to_dict(), "causal").inactive_params == 0
+
+
+def test_known_moe_architectures_are_the_published_sizes():
+    """Total and active parameters (model cards: Mixtral 46.7B / 12.9B, Qwen3-30B-A3B 30.5B / 3.3B, OLMoE 6.9B /
+    1.3B, Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Moonlight 16B / 3B)."""
+    constants = load_constants()
+    published = {"mistralai/Mixtral-8x7B-v0.1": (46.7, 12.9), "Qwen/Qwen3-30B-A3B": (30.5, 3.3),
+                 "allenai/OLMoE-1B-7B-0924": (6.9, 1.3), "Qwen/Qwen1.5-MoE-A2.7B": (14.3, 2.7),
+                 "moonshotai/Moonlight-16B-A3B": (16.0, 2.9)}
+    for name, (total, active) in published.items():
+        arch = hf_architecture(constants.architectures[name], "causal")
+        assert arch.params / 1e9 == pytest.approx(total, abs=0.06), name   # the cards round to 0.1 B
+        assert (arch.params - arch.inactive_params) / 1e9 == pytest.approx(active, abs=0.06), name
+
+
+def test_moe_time_counts_active_parameters_and_memory_all(tmp_path):
+    constants = _constants()
+    cell = plan_cells(compose_cfg(tmp_path, "model=qwen3_30b_a3b", "task=mcqa", "method=pa_lrp"))[0]
+    arch = architecture_of(cell.model, constants)
+    work = Work(1, 100.0, 0, 0.0, 2.0)
+    active = arch.body_params - arch.inactive_params
+    assert work_units(arch, work) == pytest.approx(2.0 * 100 * (active + 2 * 100 * arch.attention_width
+                                                                * arch.layers) / 1e9)
+    assert work_units(replace(arch, inactive_params=0), work) > 5 * work_units(arch, work)   # 128 experts, 8 used
+    weights = peak_memory(cell.model, arch, Work(0, 0.0, 0, 0.0), constants, "cuda:0", 8, 64)
+    assert weights == pytest.approx(arch.params * 2)
 
 
 def test_vit_architectures_equal_the_timm_models():
@@ -214,6 +260,24 @@ def test_estimate_arithmetic_follows_the_documented_formula(tmp_path):
     assert result.peak_bytes == pytest.approx(1e9 + params * 2 + max(explain, forward))
 
 
+def test_map_sensitivity_prices_one_float64_explanation_and_copy(tmp_path):
+    """``runner.map_sensitivity=true``: one more explanation per sample, and the float64 copy's 8 bytes per parameter
+    beside the bf16 weights, with the explanation's activations at 8 bytes (the runner's float64 one)."""
+    constants = _constants()
+    plain = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp"))[0]
+    cell = plan_cells(compose_cfg(tmp_path, "model=tinyllama", "task=imdb", "method=pa_lrp",
+                                  "runner.map_sensitivity=true"))[0]
+    assert cell.metrics == (*plain.metrics, "map_sensitivity")
+    base, result = (estimate(c, 10, "cpu", constants=constants, kind="cpu/test/2t") for c in (plain, cell))
+    assert result.work == replace(base.work, explanations=2, float64_copy=True) and base.work.explanations == 1
+    assert result.units_per_sample > base.units_per_sample
+    arch = architecture_of(cell.model, constants)
+    d, layers, heads, ffn = 2048, 22, 32, 5632
+    explain64 = 8 * 512 * layers * ((10 * d + 4 * ffn) + 2 * heads * 512) * 8
+    forward = 64 * 300 * ((6 * d + 3 * ffn) + heads * 300) * 2
+    assert result.peak_bytes == pytest.approx(1e9 + arch.params * (2 + 8) + max(explain64, forward))
+
+
 def test_nf4_weights_count_half_a_byte_per_quantized_parameter(tmp_path):
     constants = _constants()
     cells = plan_cells(compose_cfg(tmp_path, "experiment=table1", "model=llama2_7b_4bit"))
@@ -292,3 +356,38 @@ def test_an_encoder_decoder_is_priced_by_its_encoder_and_decoder_blocks():
     one = (tokens * (arch.body_params + 2 * tokens * 48 * 2) + arch.decoder_params + 2 * tokens * 48 * 2) / 1e9
     assert forward_units(arch, tokens, 1.0) == pytest.approx(one, rel=1e-12)
     assert work_units(arch, work) == pytest.approx((work.explain_forwards + work.forwards) * one, rel=1e-12)
+
+
+def test_a_local_squad_file_is_tokenised_to_size_time_by_the_mean_and_memory_by_the_longest(tmp_path):
+    """squad_attnlrp with a local SQuAD v2 file and a model whose tokenizer is on the machine: the plan tokenises
+    the pool the run will draw (every question by default) with the model's tokenizer, prices time with the mean
+    prompt and context and memory with the longest prompt; without the file it falls back to the shipped table."""
+    from pathlib import Path
+
+    from palrp_bench.data.registry import load_dataset
+    from palrp_bench.data.synthetic_text import load_tiny_tokenizer
+    from palrp_bench.evaluation.tasks.base import dataset_tokens
+    from palrp_bench.evaluation.tasks.seq2seq_qa import encode_qa, measured_prompts
+    from palrp_bench.planning.cost import peak_memory, sample_work
+
+    squad = Path(__file__).resolve().parents[1] / "data" / "fixtures_text" / "evidence" / "dev-v2.0.json"
+    cell = plan_cells(compose_cfg(tmp_path, "model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp",
+                                  f"task.path={squad}", "task.pool_size=12"))[0]
+    tok = load_tiny_tokenizer(kind="t5_squad")
+    encoded = [encode_qa(tok, s) for s in load_dataset("squad", path=squad, limit=12, options=cell.task.options)]
+    lengths = [len(ids) for ids, _, _ in encoded]
+    assert len(lengths) == 12 and max(lengths) > sum(lengths) / 12       # unanswerable questions included
+    mean, context, longest = measured_prompts(cell)
+    assert mean == pytest.approx(sum(lengths) / 12) and longest == max(lengths)
+    assert context == pytest.approx(sum(sum(c) for _, c, _ in encoded) / 12)
+    arch, constants = architecture_of(cell.model), load_constants()
+    work = sample_work(cell, arch, constants)
+    assert (work.explain_tokens, work.longest_tokens) == (mean, longest)
+    assert work.forwards == pytest.approx(1 + 2 * context)
+    sized = peak_memory(cell.model, arch, work, constants, "cuda:0", 4, 64)
+    by_mean = peak_memory(cell.model, arch, replace(work, longest_tokens=0.0), constants, "cuda:0", 4, 64)
+    assert sized > by_mean
+    missing = plan_cells(compose_cfg(tmp_path, "model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp",
+                                     f"task.path={tmp_path / 'none.json'}"))[0]
+    assert measured_prompts(missing) is None
+    assert sample_work(missing, arch, constants).explain_tokens == dataset_tokens(missing.task)[0]

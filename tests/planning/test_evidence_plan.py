@@ -84,3 +84,17 @@ def test_altis_memory_replaces_the_backwards_in_the_peak(cells):
     by_hand = (b * (L * (H * T * T * 8 + 9 * T * D * 8 + 8 * T * T) + H * T * D * 8) + 2 * 2 ** 24 * 8
                + b * H * T * T * 12)
     assert alti_memory(arch, T, b, 8) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_qa_pools_are_counted_from_the_split_the_task_reads(tmp_path):
+    """qa reads SQuAD v2's train split by default (86,821 answerable questions) capped at the paper's 40k;
+    split=validation: its 5,928 answerable questions."""
+    from palrp_bench.planning.budget import pool_size
+
+    (train,) = plan_cells(compose_cfg(tmp_path, "model=gpt2", "task=qa", "method=attnlrp"))
+    assert train.task.options["split"] == "train" and pool_size(train.task) == 40000
+    (validation,) = plan_cells(compose_cfg(tmp_path, "model=gpt2", "task=qa", "method=attnlrp",
+                                           "task.options.split=validation"))
+    assert pool_size(validation.task) == 5928
+    default = replace(train.task, options={}, pool_size=None)        # a task config that names no split
+    assert pool_size(default) == 86821

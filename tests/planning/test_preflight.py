@@ -415,15 +415,19 @@ def test_a_plan_and_the_load_list_the_imagenet_folder_once(offline, monkeypatch)
 
 
 def test_the_squad_file_is_read_and_counted_before_a_run(offline):
-    """squad_attnlrp: a missing SQuAD v2 file is one problem naming the official file; a file with fewer answerable
-    questions than pool_size is another, fixed by a smaller pool (the fixture holds 9)."""
+    """squad_attnlrp: a missing SQuAD v2 file is one problem naming the official file; a file with fewer questions
+    than pool_size is another, fixed by a smaller pool (the fixture holds 12, 9 of them answerable: the count
+    follows task.options.answerable_only)."""
     squad = FIXTURES / "fixtures_text" / "evidence" / "dev-v2.0.json"
     cell = ("model=tiny_t5", "task=squad_attnlrp", "method=pa_lrp")
     missing = [p for p in _problems(offline, *cell).problems if "SQuAD" in p.item]
     assert len(missing) == 1 and "dev-v2.0.json" in missing[0].fix, missing
     check_overrides(list(cell) + _overrides(missing[0].fix))
     small = [p for p in _problems(offline, *cell, f"task.path={squad}").problems if "holds" in p.item]
-    assert len(small) == 1 and "9 answerable questions, fewer than pool_size=4,000" in small[0].item, small
-    assert "task.pool_size=9" in small[0].fix
-    assert not _problems(offline, *cell, f"task.path={squad}", "task.pool_size=9").problems
+    assert len(small) == 1 and "12 questions, fewer than pool_size=4,000" in small[0].item, small
+    assert "task.pool_size=12" in small[0].fix
+    answerable = [p for p in _problems(offline, *cell, f"task.path={squad}", "task.options.answerable_only=true",
+                                       "task.pool_size=10").problems if "holds" in p.item]
+    assert len(answerable) == 1 and "9 answerable questions, fewer than pool_size=10" in answerable[0].item
+    assert not _problems(offline, *cell, f"task.path={squad}", "task.pool_size=12").problems
     assert not _problems(offline, *cell, f"task.path={squad.parent / 'squad_v2'}", "task.pool_size=9").problems

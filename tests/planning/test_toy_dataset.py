@@ -59,7 +59,8 @@ def test_the_documented_dataset_is_planned_preflighted_and_run(tmp_path, reviews
     assert [c.task.dataset for c in cells] == ["reviews"]
     devices = resolve_devices(["cpu"], n_cuda=0)
     assert run_preflight(cells, devices).problems == []
-    plan = describe_plan(cfg, cells, plan_jobs(cfg, cells, 1), devices, [])
+    plan, problems = describe_plan(cfg, cells, plan_jobs(cfg, cells, 1), devices, [])
+    assert problems == []
     assert re.search(r"tiny_llama_cls\s+reviews\s+pa_lrp\s+6\s+0", plan), plan  # the pool: task.pool_size
     outcome = run(cfg, out=io.StringIO())
     results = read_results(outcome.run_dir)

@@ -192,7 +192,9 @@ def alti_rollout(blocks):
 def alti_logit(blocks, top, row, target, foil=None):
     """ALTI-Logit of the logit ``target`` (minus ``foil``) at position ``row``: ``{"scores": [T], "mlp": [L],
     "attention_bias": [L], "embedding", "output_bias", "explained"}`` and the logit difference of this explicit
-    forward, ``"forward"``."""
+    forward, ``"forward"``. ``scores[row]`` holds the direct term ``embedding = g . x^0_row`` (Ferrando et al.'s
+    ``contribs_input_tok[-1] += init_logits_diff``), so scores, MLP, attention biases and output bias sum to
+    ``explained``."""
     x_last, final_norm, head, head_bias = top
     u = head[target] - (head[foil] if foil is not None else 0)
     b = 0.0 if head_bias is None else head_bias[target] - (head_bias[foil] if foil is not None else 0)
@@ -219,7 +221,9 @@ def alti_logit(blocks, top, row, target, foil=None):
         M = alti_matrix(block) @ M
         mlp.append(float(g @ block["m"][row]))
         bias.append(float(g @ block["b_o"]))
+    embedding = float(g @ blocks[0]["x"][row])
+    scores[row] += embedding                     # the explained token's own input vector, straight to the head
     return {"scores": scores, "mlp": torch.tensor(mlp, dtype=torch.float64),
             "attention_bias": torch.tensor(bias, dtype=torch.float64),
-            "embedding": float(g @ blocks[0]["x"][row]), "output_bias": float(c),
+            "embedding": embedding, "output_bias": float(c),
             "explained": float(g @ z) + float(c), "forward": float(normed @ u) + float(b)}

@@ -30,6 +30,7 @@ def test_the_wheel_holds_the_paper_tables_and_they_load_from_it(tmp_path):
         names = set(zf.namelist())
         zf.extractall(tmp_path / "site")
     assert {f"palrp_bench/paper/{t}.csv" for t in PAPER_FILES} <= names
+    assert {"palrp_bench/report/assets/report.js", "palrp_bench/report/assets/report.css"} <= names  # report.html
     probe = ("import palrp_bench.metrics.published as p, sys\n"
              "assert p.__file__.startswith(sys.argv[1]), p.__file__\n"
              "df = p.load_published()\n"

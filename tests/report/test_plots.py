@@ -109,3 +109,36 @@ def test_curves_have_bands_distinct_styles_and_the_table_number_in_the_legend():
     assert np.ptp(verts[:, 1][np.isclose(verts[:, 0], 0.0)]) == pytest.approx(0.0)
     mean, low, high = mean_band(np.array([[0.6, 0.3], [0.8, 0.4], [0.9, 0.45]]), 0.95)
     assert np.all(low < mean) and np.all(mean < high) and high[0] <= 0.9  # clipped to the samples' range
+
+
+@pytest.mark.parametrize("curve, variant, x, y", [
+    ("ac", "generation", "fraction of tokens kept (most relevant first, the rest UNK)",
+     "AC: probability of the tracked output"),
+    ("mse", "pruning", "fraction of tokens removed (least relevant first, replaced by UNK)",
+     "MSE: squared change of the tracked logit"),
+    ("agreement", "negative", "fraction of pixels removed (least relevant first)",
+     "agreement with the original prediction (share of images)"),
+])
+def test_curve_axes_say_what_the_fraction_counts_and_what_is_measured(curve, variant, x, y):
+    rows = pd.DataFrame([{**r, "metric": curve, "variant": variant} for r in _curve_rows("pa_lrp", [0.5, 0.6])])
+    (ax,) = curve_figure(rows, None, "m / t").axes
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (x, y)
+
+
+def test_each_method_band_has_its_own_colour_across_plots():
+    """Twelve methods (the AttnLRP table's rows): more than matplotlib's default cycle of ten colours, yet every
+    line and band of a method has one colour, no other method's, and the same one in every plot."""
+    from matplotlib.colors import to_rgba
+
+    from palrp_bench.report.plots import method_colours
+
+    methods = [f"method_{i:02d}" for i in range(12)]
+    colours = method_colours(methods)
+    rows = pd.DataFrame([r for m in methods for r in _curve_rows(m, [0.5, 0.7])])
+    (ax,) = curve_figure(rows, None, "m / t", colours=colours).axes
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    band_colours = [tuple(np.round(b.get_facecolor()[0][:3], 6)) for b in bands]
+    line_colours = [tuple(np.round(to_rgba(ln.get_color())[:3], 6)) for ln in ax.get_lines()]
+    assert len(set(band_colours)) == 12 and band_colours == line_colours
+    (other,) = curve_figure(rows[rows["method"].isin(methods[5:])], None, "m / t", colours=colours).axes
+    assert [tuple(np.round(to_rgba(ln.get_color())[:3], 6)) for ln in other.get_lines()] == line_colours[5:]

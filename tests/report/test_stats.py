@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from palrp_bench.metrics.registry import METRICS
-from palrp_bench.metrics.table import MetricSamples
+from palrp_bench.metrics.table import SMALL_SAMPLE_NOTE, MetricSamples
 from palrp_bench.report.stats import format_p, holm, paired_comparison
 
 
@@ -26,10 +26,29 @@ def test_paired_comparison_uses_common_samples_and_an_exact_permutation_test():
     b = _flat_curves(base, method="attnlrp")
     cmp = paired_comparison(a, b, n_boot=500)
     assert cmp.n == 10 and cmp.difference == pytest.approx(gain.mean())  # the extra sample of A is ignored
-    assert 0.01 <= cmp.low < gain.mean() < cmp.high <= 0.10 and cmp.note == ""
+    assert 0.01 <= cmp.low < gain.mean() < cmp.high <= 0.10 and cmp.note == SMALL_SAMPLE_NOTE  # n = 10
     # 2**10 sign patterns <= 9999 resamples: scipy enumerates them all. Only "no swap" and "swap all" reach
     # |difference| >= observed, so the exact two-sided p-value is 2 / 1024.
     assert cmp.p_value == pytest.approx(2 / 1024)
+
+
+def test_a_paired_interval_from_few_samples_is_flagged_where_it_disagrees_with_the_test():
+    """Three samples, every difference positive: the bootstrap can only resample positive differences, so its
+    interval excludes zero, while the exact permutation test cannot go below p = 2 / 8. The interval is kept, its
+    note says it undercovers, and the paired table prints the note as a footnote."""
+    import pandas as pd
+
+    from palrp_bench.report.tables import markdown, paired_tables
+
+    a, b = _flat_curves([0.5, 0.62, 0.71]), _flat_curves([0.4, 0.6, 0.7], method="attnlrp")
+    cmp = paired_comparison(a, b, n_boot=500)
+    assert cmp.low > 0 and cmp.p_value == pytest.approx(0.25) and cmp.note == SMALL_SAMPLE_NOTE
+    frame = pd.DataFrame([{"run": "r", "model": "m", "task": "t", "metric": "auac", "variant": "generation",
+                           "method_a": "pa_lrp", "method_b": "attnlrp", "difference": cmp.difference,
+                           "ci_low": cmp.low, "ci_high": cmp.high, "note": cmp.note, "p_value": cmp.p_value,
+                           "p_holm": cmp.p_value, "n": cmp.n, "a_better": None}])
+    text = markdown(paired_tables(frame, 0.95)[0])
+    assert "] (1) |" in text and f"(1) {SMALL_SAMPLE_NOTE}" in text
 
 
 def test_permutation_p_value_matches_brute_force_on_a_pooled_metric():

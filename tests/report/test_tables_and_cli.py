@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from palrp_bench.metrics.table import metric_samples, table_metrics
+from palrp_bench.metrics.table import SMALL_SAMPLE_NOTE, metric_samples, table_metrics
 from palrp_bench.report.build import build_report
 from palrp_bench.report.cli import main as report_main
 from palrp_bench.metrics.metrics_json import metrics_document
@@ -70,7 +70,9 @@ def test_published_numbers_ship_with_the_package_and_attach_to_metrics_csv(tmp_p
     assert with_paper.loc["llama2_7b", "difference"] == pytest.approx(0.8025 - 0.796)
     assert with_paper.loc["tiny_llama_cls", "paper_table"] == "" and math.isnan(with_paper.loc["tiny_llama_cls",
                                                                                                "published"])
-    assert re.search(r"0\.80[23] \[0\.80\d, 0\.80\d\] \(paper 0\.796\)", summary_text(with_paper.reset_index()))
+    summary = summary_text(with_paper.reset_index())  # 6 samples: the interval is flagged in a footnote
+    assert re.search(r"0\.80[23] \[0\.80\d, 0\.80\d\] \(1\) \(paper 0\.796\)", summary)
+    assert f"(1) {SMALL_SAMPLE_NOTE}" in summary
 
 
 def test_paper_tables_are_shaped_like_the_paper(tmp_path):
@@ -83,7 +85,8 @@ def test_paper_tables_are_shaped_like_the_paper(tmp_path):
     assert list(t1.index) == [("llama2_7b", "attnlrp"), ("llama2_7b", "pa_lrp"), ("tinyllama", "pa_lrp")]
     assert list(t1.columns) == [("auac ↑", PAPER), ("auac ↑", OURS), ("au_mse ↓", PAPER), ("au_mse ↓", OURS)]
     assert t1.loc[("llama2_7b", "pa_lrp"), ("auac ↑", PAPER)] == "0.796"
-    assert re.fullmatch(r"0\.80[23] \[0\.80\d, 0\.80\d\]", t1.loc[("llama2_7b", "pa_lrp"), ("auac ↑", OURS)])
+    assert re.fullmatch(r"0\.80[23] \[0\.80\d, 0\.80\d\] \(1\)", t1.loc[("llama2_7b", "pa_lrp"), ("auac ↑", OURS)])
+    assert tables[0].notes == [f"(1) {SMALL_SAMPLE_NOTE}"]  # 6 samples per cell
     assert t1.loc[("tinyllama", "pa_lrp"), ("auac ↑", OURS)] == "-"  # not reproduced yet: visible as missing
     assert t1.loc[("llama2_7b", "attnlrp"), ("au_mse ↓", PAPER)] == "-"  # no such published number
     noncausal = [t for t in tables if "causal=False" in t.title]
@@ -167,7 +170,7 @@ def test_metrics_json_is_shaped_like_lm_eval_results(tmp_path):
     entry = doc["results"]["llama2_7b/imdb/pa_lrp"]["auac,generation"]
     assert entry["value"] == pytest.approx(0.8025) and entry["published"] == 0.796
     assert entry["paper_table"] == "table1" and entry["n"] == 6 and isinstance(entry["n"], int)
-    assert entry["note"] is None and entry["difference"] == pytest.approx(0.0065)
+    assert entry["note"] == SMALL_SAMPLE_NOTE and entry["difference"] == pytest.approx(0.0065)
     assert doc["results"]["llama2_7b/imdb/pa_lrp"]["cell"]["causal"] is True
     assert doc["higher_is_better"]["auac,generation"] is True
     assert doc["n-samples"]["llama2_7b/imdb/attnlrp"] == {"effective": 6, "nonfinite": 0}
@@ -188,9 +191,20 @@ def test_report_cli_on_a_run_dir(tmp_path, capsys):
                         "--gallery-ids", "selftest-00001,selftest-00004"]) == 0
     out = capsys.readouterr().out
     assert "Reproduced only" in out and "selftest" in out
+    gallery = sorted((run_dir / "report").glob("gallery_*.png"))
+    assert f"written to {run_dir / 'report'}/: report.md, report.tex, comparison.csv, paired.csv" in out
+    assert f"  1 heatmap galleries: {gallery[0].name}" in out and "..." not in out.split("written to")[1]
     assert json.loads((run_dir / "metrics.json").read_text())["results"] == written["results"]  # refreshed
     gallery = list((run_dir / "report").glob("gallery_*.png"))
     assert len(gallery) == 1
     assert report_main([str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert report_main(["--runs-root", str(tmp_path / "empty")]) == 2
+
+
+def test_report_help_describes_the_command_in_whole_sentences(capsys):
+    with pytest.raises(SystemExit):
+        report_main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("tidy CSVs -> the paper's tables (Markdown, LaTeX), paired tests, plots; refreshes the run's metrics.csv / "
+            "metrics.json with the published numbers.") in help_text

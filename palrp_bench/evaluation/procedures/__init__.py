@@ -35,6 +35,7 @@ class Procedure:
     * ``explanations``: explanations it adds to a sample beyond the one every sample gets;
     * ``needs``: what the explained batch must hold besides the scores (``scores_target``: an explanation of the
       labelled class; ``scores_signed``: the map before the ReLU);
+    * ``float64_copy``: it keeps a float64 copy of the model beside it (8 bytes per parameter more);
     * ``description``: what it measures, in one line.
     """
 
@@ -44,6 +45,7 @@ class Procedure:
     forwards: Callable[[str, SampleShape, Any], float] = lambda kind, shape, task: 0.0
     explanations: int = 0
     needs: frozenset[str] = frozenset()
+    float64_copy: bool = False
     description: str = ""
 
 
@@ -52,13 +54,14 @@ PROCEDURES = Registry("metric", "metric", __name__)
 
 
 def register_procedure(name: str, *, applies_to, forwards=None, explanations: int = 0, needs=(),
-                       description: str = ""):
+                       float64_copy: bool = False, description: str = ""):
     """Decorator: the function running procedure ``name`` on an explained batch and the rest of its
     :class:`Procedure`."""
     def deco(run):
         extra = {} if forwards is None else {"forwards": forwards}
         PROCEDURES.register(name)(Procedure(name, run, tuple(applies_to), explanations=explanations,
-                                            needs=frozenset(needs), description=description, **extra))
+                                            needs=frozenset(needs), float64_copy=float64_copy,
+                                            description=description, **extra))
         return run
     return deco
 

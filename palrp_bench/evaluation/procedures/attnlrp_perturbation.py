@@ -133,7 +133,7 @@ def logit_curves(forward, scores, process: str, max_steps: int | None,
     """Curves of one sample: ``forward(keep [R, N] bool) -> [R]`` explained logits of the inputs keeping the
     ``True`` features, ``scores`` ``[N]`` the features' relevance (module docstring). The rows go to ``forward``
     ``batch_size`` at a time; a chunk the device has no memory for is retried in halves (logged), down to one row,
-    so the longest inputs of a task (SQuAD v2's 4060 encoder tokens) do not stop a run sized for its mean; pass a
+    so the longest inputs of a task (SQuAD v2's longest prompts) do not stop a run sized for its mean; pass a
     :class:`ForwardChunk` to keep the halved size for the next sample."""
     chunk = batch_size if isinstance(batch_size, ForwardChunk) else ForwardChunk(batch_size)
     scores = np.asarray(scores, dtype=np.float64)

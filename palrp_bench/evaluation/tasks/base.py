@@ -4,10 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from ...data.registry import dataset_spec, load_dataset
 from ..explained import ExplainedBatch, SampleResult, SampleShape, nonfinite_result
 
-__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result", "pad_id", "dataset_tokens"]
+__all__ = ["ModelBundle", "JobContext", "SampleResult", "TaskAdapter", "nonfinite_result", "pad_id", "dataset_tokens",
+           "explorer_arrays"]
 
 
 @dataclass
@@ -28,7 +31,8 @@ class JobContext:
     metrics to evaluate, the explanation cache (``load(sample_id)`` / ``save``; None = no cache), the device,
     the perturbation forward batch size, the pixel-perturbation tie-break (None = the protocol's default), the
     epsilon-rule stabilisers asked for (None = the protocol's default), the run seed (seeds per-sample
-    randomness together with the sample id) and the ``embeddings`` switch (``full`` / ``partial``)."""
+    randomness together with the sample id), the ``embeddings`` switch (``full`` / ``partial``) and the layer
+    checkpointing of the explanations (``runner.checkpoint``: ``none`` / ``layers``)."""
 
     task: Any
     method: str
@@ -43,6 +47,7 @@ class JobContext:
     stabilizers: str | None = None
     seed: int = 0
     embeddings: str = "full"
+    checkpoint: str = "none"
 
     @property
     def method_params(self) -> dict:
@@ -74,11 +79,11 @@ class JobContext:
 
     def explain_kwargs(self) -> dict:
         """Keyword arguments of ``palrp_bench.explain`` every adapter passes: the method's rules, aggregation,
-        protocol, stabilisers, the ``embeddings`` switch, the task's hyperparameters for it and the rows per forward
-        of multi-pass methods."""
+        protocol, stabilisers, the ``embeddings`` switch, the task's hyperparameters for it, the rows per forward
+        of multi-pass methods and the layer checkpointing."""
         return {"method": self.method, "aggregation": self.aggregation, "rules": self.rules,
                 "protocol": self.protocol, "stabilizers": self.stabilizers, "embeddings": self.embeddings,
-                "params": self.method_params, "batch_size": self.forward_batch_size}
+                "params": self.method_params, "batch_size": self.forward_batch_size, "checkpoint": self.checkpoint}
 
 
 class TaskAdapter:
@@ -134,6 +139,21 @@ def dataset_tokens(task) -> tuple[float | None, float | None, int | None]:
     spec = dataset_spec(task.dataset, f" (task {task.name})")
     options = spec.resolve_options(task.options)
     return spec.mean_tokens(options), spec.mean_context_tokens(options), spec.padded(options)
+
+
+def explorer_arrays(extras: dict, j: int, n: int | None = None, label=None) -> dict[str, np.ndarray]:
+    """What the HTML report's sample explorer reads beside a sample's cached scores (docs/evaluation.md, "Cached
+    explanations"): the aggregation's per-token or per-patch parts ``semantic_term`` / ``positional_term``
+    (``Explanation.extras``; sample ``j``, its first ``n`` tokens; LRP methods only) and the gold ``label`` as text
+    (when the sample has one). Nothing here enters a metric."""
+    out = {}
+    for name in ("semantic_term", "positional_term"):
+        if name in extras:
+            value = extras[name][j]
+            out[name] = (value[:n] if n is not None else value).detach().float().cpu().numpy()
+    if label is not None:
+        out["label"] = np.asarray(str(label))
+    return out
 
 
 def pad_id(bundle) -> int:

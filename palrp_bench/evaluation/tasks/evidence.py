@@ -32,6 +32,10 @@ target's logit alone), scored under each evaluation mask (:func:`evaluation_mask
 * ``default``: every token but those the tokenizer added ([MASK] stays); qa: the context tokens only;
 * ``with_special``: ``default`` plus the tokens the tokenizer added;
 * ``with_question`` (qa): every token but those the tokenizer added (context, question, the prompt's words).
+
+Scores keep the explanation's precision through the metrics and the cache (:func:`score_dtype`): a cast to a
+narrower float can tie distinct scores, which the official dense-rank MRR punishes, and flush tiny positive scores
+to 0, which flips PTA.
 """
 from __future__ import annotations
 
@@ -47,10 +51,10 @@ from ...data.registry import load_dataset
 from ...errors import BadInputError
 from ..explained import EvidenceBatch, SampleShape
 from . import register_task
-from .base import JobContext, TaskAdapter, dataset_tokens, pad_id
+from .base import JobContext, TaskAdapter, dataset_tokens, explorer_arrays, pad_id
 
 __all__ = ["EvidenceAdapter", "PreparedEvidence", "ADAPTER_DROPS", "prepare_evidence", "evaluation_masks",
-           "word_token", "model_head", "max_positions"]
+           "word_token", "model_head", "max_positions", "score_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +198,12 @@ def evaluation_masks(sample: PreparedEvidence) -> dict[str, tuple[list[bool], li
     return {name: (valid, [e and v for e, v in zip(sample.evidence, valid)]) for name, valid in masks.items()}
 
 
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores of an explanation in ``dtype`` are scored and cached in: that dtype itself, float16 and
+    bfloat16 widened (exactly) to float32, which the cache's numpy arrays can hold."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _batch(samples: Sequence[PreparedEvidence], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     length = max(len(s) for s in samples)
     ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
@@ -236,16 +246,21 @@ class EvidenceAdapter(TaskAdapter):
         return [bool(t > f) for t, f in zip(target.float().cpu(), foil.float().cpu())]
 
     def _explained(self, bundle, samples, ctx: JobContext, width: int):
-        """Scores ``[B, width]`` (0 after each sample's tokens), per-sample info and arrays to cache: from the cache
-        when every sample is there, else one ``palrp_bench.explain`` call."""
+        """Scores ``[B, width]`` in the explanation's dtype (:func:`score_dtype`; 0 after each sample's tokens),
+        per-sample info and arrays to cache: from the cache when every sample is there, else one
+        ``palrp_bench.explain`` call."""
         import palrp_bench
 
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in samples]
-        scores = torch.zeros((len(samples), width), dtype=torch.float32)
         if all(c is not None and _CACHE_KEYS <= set(c) for c in cached):
+            stored = [torch.from_numpy(np.asarray(c["scores"])) for c in cached]
+            dtype = torch.float32
+            for row in stored:
+                dtype = torch.promote_types(dtype, score_dtype(row.dtype))
+            scores = torch.zeros((len(samples), width), dtype=dtype)
             infos = []
             for j, c in enumerate(cached):
-                scores[j, :len(c["scores"])] = torch.from_numpy(np.asarray(c["scores"], dtype=np.float32))
+                scores[j, :len(stored[j])] = stored[j].to(dtype)
                 info = {"rules": str(c["rules"]), "aggregation": str(c["aggregation"]),
                         "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
                         "explained": int(c["explained"]), "n_tokens": len(samples[j]),
@@ -263,9 +278,10 @@ class EvidenceAdapter(TaskAdapter):
                                   target=torch.tensor([s.target_id for s in samples]), foil=foil,
                                   **ctx.explain_kwargs(), **options).to("cpu")
         infos, arrays = [], []
+        scores = torch.zeros((len(samples), width), dtype=score_dtype(rel.scores.dtype))
         for j, sample in enumerate(samples):
             n = len(sample)
-            scores[j, :n] = rel.scores[j, :n].detach().float()
+            scores[j, :n] = rel.scores[j, :n].detach().to(scores.dtype)
             info = {"rules": rel.rules, "aggregation": rel.aggregation, "stabilizers": rel.stabilizers,
                     "logit": float(rel.logit[j]), "explained": int(rel.target[j]), "n_tokens": n,
                     "contrastive": bool(ctx.task.contrastive),
@@ -280,7 +296,7 @@ class EvidenceAdapter(TaskAdapter):
                            "evidence": np.asarray(sample.evidence), "special": np.asarray(sample.special),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.stabilizers)})
+                           "stabilizers": np.asarray(rel.stabilizers), **explorer_arrays(rel.extras, j, n)})
         return scores, infos, arrays
 
     def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[EvidenceBatch]:

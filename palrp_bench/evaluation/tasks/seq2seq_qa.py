@@ -14,8 +14,9 @@ Per sample (an :class:`~palrp_bench.data.evidence_common.EvidenceSample` of task
   generates first (``palrp_bench.explain(..., decoder_input_ids=...)``, target None);
 * ``correct``: the greedy answer (up to :data:`ANSWER_MAX_TOKENS` new tokens, stopped at EOS) matches one annotated
   answer under SQuAD's exact match (:func:`palrp_bench.data.squad.squad_exact_match`; the synthetic samples have
-  one answer, the word itself). The paper says only "We calculate attributions for accurately answered
-  questions" (section 4.1); exact match is our reading of "accurately".
+  one answer, the word itself; an unanswerable question's answer is the empty string, as in SQuAD v2's official
+  evaluation). The paper says only "We calculate attributions for accurately answered questions" (section 4.1);
+  exact match is our reading of "accurately".
 
 Metrics (``ctx.metrics``; the procedures of :mod:`palrp_bench.evaluation.procedures` read the batch as a
 :class:`~palrp_bench.evaluation.explained.Seq2SeqBatch`):
@@ -24,15 +25,19 @@ Metrics (``ctx.metrics``; the procedures of :mod:`palrp_bench.evaluation.procedu
   inside the context"), zero baseline on whole encoder token embeddings
   (:func:`palrp_bench.evaluation.procedures.attnlrp_perturbation.seq2seq_token_logit_curves`), rows ``a_morf`` /
   ``a_lerf`` (variant ``insertion``) -> ``delta_a``;
-* ``iou``: on correctly answered samples only, the IoU of the context tokens with positive relevance and the
-  answer-span tokens (:func:`palrp_bench.metrics.evidence.positive_iou`, valid = the context tokens: the
-  evaluation mask ``default``), row ``iou`` (variant ``default``);
+* ``iou``: on correctly answered answerable samples only, the IoU of the attributed context tokens and the
+  answer-span tokens (valid = the context tokens), rows ``iou`` with variant ``positive`` (the tokens with positive
+  relevance, :func:`palrp_bench.metrics.evidence.positive_iou`) and ``top_answer`` (as many of the highest-scoring
+  tokens as the answer has, :func:`~palrp_bench.metrics.evidence.top_answer_iou`): the paper does not say which
+  (``metrics.evidence.IOU_NOTE``; :mod:`palrp_bench.evaluation.procedures.iou`);
 
 and every sample gets ``correct`` (0/1). The explanation of a sample does not depend on the batch (each sample is
 explained at its real length; padding is never a feature).
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -43,9 +48,9 @@ from ...data.squad import squad_exact_match
 from ...errors import BadInputError
 from ..explained import SampleShape, Seq2SeqBatch
 from . import register_task
-from .base import TaskAdapter, dataset_tokens, pad_id
+from .base import TaskAdapter, dataset_tokens, explorer_arrays, pad_id
 
-__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "encode_qa"]
+__all__ = ["Seq2SeqQAAdapter", "ANSWER_MAX_TOKENS", "encode_qa", "prompt_lengths", "measured_prompts"]
 
 #: most tokens of a generated answer (SQuAD answers are short: the longest of v2.0's validation answers has 29 words)
 ANSWER_MAX_TOKENS = 32
@@ -67,7 +72,24 @@ def encode_qa(tokenizer, sample: EvidenceSample) -> tuple[list[int], list[bool],
             tokens_overlapping(offsets, rendered.evidence))
 
 
+def prompt_lengths(tokenizer, samples) -> list[tuple[int, int]]:
+    """``(encoder tokens, context tokens)`` of each sample's prompt (:func:`encode_qa`): what a plan sizes time and
+    memory from."""
+    out = []
+    for sample in samples:
+        ids, context, _ = encode_qa(tokenizer, sample)
+        out.append((len(ids), sum(context)))
+    return out
+
+
+def _answerable(sample: EvidenceSample) -> bool:
+    return bool(sample.meta.get("answerable", True)) and bool(sample.evidence)
+
+
 def _answers(sample: EvidenceSample) -> list[str]:
+    """The annotated answers; an unanswerable question's is the empty string (SQuAD v2's official evaluation)."""
+    if not _answerable(sample):
+        return [""]
     return list(sample.meta.get("answers") or [sample.meta.get("answer") or sample.target])
 
 
@@ -123,7 +145,8 @@ class Seq2SeqQAAdapter(TaskAdapter):
         start = torch.full((len(samples), 1), _start_id(bundle.model), dtype=torch.long)
         rel = palrp_bench.explain(bundle.model, ids.to(bundle.device), attention_mask=mask.to(bundle.device),
                                   decoder_input_ids=start.to(bundle.device), **ctx.explain_kwargs()).to("cpu")
-        scores = rel.scores.detach().float()
+        scores = rel.scores.detach()
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # the explanation's precision
         scores = torch.where(mask.bool(), scores, torch.zeros_like(scores))  # padding: exactly 0
         generated = self._answers_generated(bundle, ids, mask)
         correct = [squad_exact_match(a, _answers(s)) for s, a in zip(samples, generated)]
@@ -139,19 +162,74 @@ class Seq2SeqQAAdapter(TaskAdapter):
                            "tokens": np.asarray([str(t) for t in tokens]), "context": context[j, :n].numpy(),
                            "answer_span": answer[j, :n].numpy(), "logit": np.asarray(float(rel.logit[j])),
                            "explained": np.asarray(int(rel.target[j])), "rules": np.asarray(rel.rules),
-                           "aggregation": np.asarray(rel.aggregation)})
+                           "aggregation": np.asarray(rel.aggregation), **explorer_arrays(rel.extras, j, n)})
         yield Seq2SeqBatch(bundle, list(samples), list(range(len(samples))), scores,
                            [info["explained"] for info in infos], infos, arrays, torch.isfinite(scores).all(-1).tolist(),
                            correct, input_ids=ids, attention_mask=mask, context=context, answer=answer,
-                           decoder_input_ids=start)
+                           decoder_input_ids=start, answerable=[_answerable(s) for s in samples])
 
     @classmethod
     def sample_shape(cls, cell, arch) -> SampleShape | None:
         """The prompt's mean tokens explained and forwarded with one decoder token; the context tokens are the
         features (an explanation walks them, the insertion curves perturb them); the greedy answer (correctness)
-        costs about one more forward."""
-        real, context, _ = dataset_tokens(cell.task)
-        if real is None:
-            return None
-        context = float(context or real)
-        return SampleShape(real, real, round(context), context, forwards=1.0, decoder_tokens=1.0)
+        costs about one more forward. Where the task's file and the model's tokenizer are on this machine the
+        prompts are measured (:func:`measured_prompts`: the mean for time, the longest for memory), else the
+        dataset's token table is used."""
+        measured = measured_prompts(cell)
+        if measured is not None:
+            real, context, longest = measured
+        else:
+            real, context, _ = dataset_tokens(cell.task)
+            if real is None:
+                return None
+            context, longest = float(context or real), 0.0
+        return SampleShape(real, real, round(context), context, forwards=1.0, decoder_tokens=1.0,
+                           longest_tokens=longest)
+
+
+def _prompt_key(cell) -> tuple | None:
+    """What :func:`measured_prompts` depends on, or None when the task reads no local file."""
+    task = cell.task
+    if task.path is None or not Path(str(task.path)).expanduser().exists():
+        return None
+    options = json.dumps(dict(task.options or {}), sort_keys=True, default=str)
+    model = cell.model
+    return (task.dataset, str(Path(str(task.path)).expanduser().resolve()), options, task.pool_size,
+            str(getattr(model.loader, "value", model.loader)), str(model.source), str(getattr(model, "tokenizer", "")),
+            str(getattr(model, "base_model", "")))
+
+
+#: :func:`measured_prompts` per :func:`_prompt_key` (a plan prices every method of a cell on the same file)
+_MEASURED: dict[tuple, tuple[float, float, float] | None] = {}
+
+
+def _measured(cell) -> tuple[float, float, float] | None:
+    from ...data.registry import load_dataset
+    from ...errors import PalrpError
+    from ...models.loading import local_tokenizer
+
+    tokenizer = local_tokenizer(cell.model)
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    try:
+        pool = load_dataset(cell.task.dataset, path=cell.task.path, limit=cell.task.pool_size,
+                            options=dict(cell.task.options or {}), tokenizer=tokenizer)
+        lengths = prompt_lengths(tokenizer, pool)
+    except (PalrpError, OSError, ValueError):
+        return None  # the preflight names what is wrong with the file
+    if not lengths:
+        return None
+    tokens = [t for t, _ in lengths]
+    return sum(tokens) / len(tokens), sum(c for _, c in lengths) / len(lengths), float(max(tokens))
+
+
+def measured_prompts(cell) -> tuple[float, float, float] | None:
+    """``(mean encoder tokens, mean context tokens, longest encoder tokens)`` of a cell's samples, tokenised by the
+    model's own tokenizer from the task's local file (the pool the run will draw: :func:`prompt_lengths`), or None
+    when the file or the tokenizer is not on this machine. Cached per file, options and tokenizer."""
+    key = _prompt_key(cell)
+    if key is None:
+        return None
+    if key not in _MEASURED:
+        _MEASURED[key] = _measured(cell)
+    return _MEASURED[key]

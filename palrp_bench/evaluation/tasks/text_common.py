@@ -5,7 +5,8 @@ docs/protocol.md section 2, the AttnLRP paper's insertion areas: :mod:`palrp_ben
 :mod:`.next_token`.
 
 Per batch: one explanation (``palrp_bench.explain`` with the cell's method, rules, aggregation and protocol;
-reused from the cell's explanation cache when present).
+reused from the cell's explanation cache when present); with metric ``map_sensitivity`` the batch can explain its
+samples again with the model's float64 copy (``TokenBatch.explain_again``).
 
 Every sample is explained at its real length (its first ``meta['n_tokens']`` tokens; a batch is right-padded only
 to its longest real sample, and the runner batches samples of similar length, :meth:`TextAdapter.sample_length`).
@@ -30,7 +31,7 @@ import torch
 from ...data.base import TextSample
 from ...data.text_common import real_token_count
 from ..explained import SampleShape, TokenBatch
-from .base import JobContext, TaskAdapter, dataset_tokens, pad_id
+from .base import JobContext, TaskAdapter, dataset_tokens, explorer_arrays, pad_id
 
 __all__ = ["TextAdapter"]
 
@@ -82,12 +83,19 @@ class TextAdapter(TaskAdapter):
         """Index groups explained together (all of the batch by default)."""
         return [list(range(len(samples)))]
 
+    def _explain_real(self, model, bundle, batch, ctx, target=None):
+        """``palrp_bench.explain`` of ``model`` (the bundle's, or its float64 copy) on the group's real tokens
+        (module docstring), on the CPU afterwards."""
+        import palrp_bench
+
+        real_ids, real_mask = _batch(batch, pad_id(bundle), real_only=True)
+        return palrp_bench.explain(model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
+                                   target=target, **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
+
     def _explained(self, bundle, batch, ids, mask, ctx) -> tuple[torch.Tensor, list[dict], list[dict | None]]:
         """Scores ``[B, T]`` (``T`` = the group's padded width; 0 after each sample's real tokens), info and
         arrays to cache of a group: from the explanation cache when every sample of the group is there (nothing to
         cache then), else from one ``palrp_bench.explain`` call on the real tokens (module docstring)."""
-        import palrp_bench
-
         cached = [ctx.cache.load(s.sample_id) if ctx.cache is not None else None for s in batch]
         if all(c is not None and _CACHE_KEYS <= set(c) for c in cached):
             scores = torch.zeros(ids.shape, dtype=torch.float32)
@@ -97,9 +105,7 @@ class TextAdapter(TaskAdapter):
                       "stabilizers": str(c["stabilizers"]), "logit": float(c["logit"]),
                       "explained": int(c["explained"]), "n_tokens": int(mask[j].sum())} for j, c in enumerate(cached)]
             return scores, infos, [None] * len(batch)
-        real_ids, real_mask = _batch(batch, pad_id(bundle), real_only=True)
-        rel = palrp_bench.explain(bundle.model, real_ids.to(bundle.device), attention_mask=real_mask.to(bundle.device),
-                                  **ctx.explain_kwargs(), **self._explain_options(ctx)).to("cpu")
+        rel = self._explain_real(bundle.model, bundle, batch, ctx)
         scores = torch.zeros(ids.shape, dtype=torch.float32)
         infos, arrays = [], []
         for j, sample in enumerate(batch):
@@ -117,7 +123,8 @@ class TextAdapter(TaskAdapter):
                            "tokens": np.asarray([str(t) for t in tokens]),
                            "logit": np.asarray(float(rel.logit[j])), "explained": np.asarray(int(rel.target[j])),
                            "rules": np.asarray(rel.rules), "aggregation": np.asarray(rel.aggregation),
-                           "stabilizers": np.asarray(rel.stabilizers)})
+                           "stabilizers": np.asarray(rel.stabilizers),
+                           **explorer_arrays(rel.extras, j, n_real, sample.label)})
         return scores, infos, arrays
 
     def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[TokenBatch]:
@@ -133,7 +140,22 @@ class TextAdapter(TaskAdapter):
                              torch.isfinite(scores).all(-1).tolist(), self._correct_flags(bundle, batch, explained),
                              input_ids=ids, attention_mask=mask,
                              perturbation_task=self._perturbation_task_of(ctx.task),
-                             labels=[s.label for s in batch] if classifier else None, causal=self._causal(ctx))
+                             labels=[s.label for s in batch] if classifier else None, causal=self._causal(ctx),
+                             explain_again=self._again(bundle, batch, explained, ids.shape[1], ctx))
+
+    def _again(self, bundle, batch, explained, width, ctx):
+        """``TokenBatch.explain_again``: the real tokens of the samples at ``positions`` explained by ``model`` for
+        the same outputs, as ``[len(positions), width]`` scores with 0 after each sample's real tokens."""
+        def again(model, positions: list[int]) -> torch.Tensor:
+            kept = [batch[j] for j in positions]
+            target = torch.tensor([explained[j] for j in positions], device=bundle.device)
+            rel = self._explain_real(model, bundle, kept, ctx, target=target)
+            out = torch.zeros((len(kept), width), dtype=rel.scores.dtype)
+            for k, sample in enumerate(kept):
+                n_real = real_token_count(sample)
+                out[k, :n_real] = rel.scores[k, :n_real].detach()
+            return out
+        return again
 
     padded = False  # whether the protocol pads the explained input (classification: to the dataset's length)
 

@@ -8,7 +8,8 @@ ground-truth class. Explanations come from the cell's explanation cache when pre
 cell later reuses them).
 The batch goes to the cell's procedures as a :class:`~palrp_bench.evaluation.explained.PixelBatch`
 (:mod:`palrp_bench.evaluation.procedures`: ``vision_perturbation``, ``positional_share``, ``attnlrp_perturbation``,
-``segmentation``), plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
+``segmentation``, ``map_sensitivity``: ``PixelBatch.explain_again`` explains the images once more with another
+model), plus ``correct`` (prediction == label). Datasets (``task.dataset``) come from
 :func:`palrp_bench.data.registry.load_dataset`.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from ...data.base import ImageSample
 from ...data.registry import dataset_spec, load_dataset, sample_ids_of
 from ..explained import PixelBatch, SampleShape
-from .base import JobContext, TaskAdapter
+from .base import JobContext, TaskAdapter, explorer_arrays
 
 __all__ = ["VisionAdapter", "LazyImageSample"]
 
@@ -69,10 +70,12 @@ class VisionAdapter(TaskAdapter):
         logits = bundle.model(norm(images).to(bundle.device))
         return [s.label is not None and int(p) == s.label for s, p in zip(samples, logits.argmax(-1).cpu())]
 
-    def _explain(self, bundle, pixels, ctx: JobContext, target=None):
+    def _explain(self, bundle, pixels, ctx: JobContext, target=None, model=None):
+        """``palrp_bench.explain`` of ``model`` (default: the bundle's) on ``pixels``, on the CPU afterwards."""
         import palrp_bench
 
-        return palrp_bench.explain(bundle.model, pixels, target=target, **ctx.explain_kwargs()).to("cpu")
+        return palrp_bench.explain(bundle.model if model is None else model, pixels, target=target,
+                                   **ctx.explain_kwargs()).to("cpu")
 
     def _explained(self, bundle, samples, images, ctx, with_target: bool,
                    with_signed: bool = False) -> tuple[dict, list[dict | None]]:
@@ -109,7 +112,8 @@ class VisionAdapter(TaskAdapter):
             for i in range(len(samples)):
                 item = {k: np.asarray(v[i].numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
                 item.update(semantic=rel.semantic[i].float().numpy(), positional=rel.positional[i].float().numpy(),
-                            image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy())
+                            image=(images[i].clamp(0, 1) * 255).round().to(torch.uint8).numpy(),
+                            **explorer_arrays(ex, i, label=samples[i].label))
                 if samples[i].mask is not None:  # the segmentation gallery outlines it
                     item["mask"] = np.asarray(samples[i].mask, dtype=np.uint8)
                 arrays.append(item)
@@ -148,7 +152,19 @@ class VisionAdapter(TaskAdapter):
                                            for i, s in enumerate(samples)],
                          images=images, labels=labels, masks=[s.mask for s in samples],
                          scores_target=ex.get("scores_target"), scores_signed=ex.get("scores_signed"),
-                         totals={k: ex[k] for k in _TOTALS})
+                         totals={k: ex[k] for k in _TOTALS}, explain_again=self._again(bundle, images, ex, ctx))
+
+    def _again(self, bundle, images, ex, ctx):
+        """``PixelBatch.explain_again``: the images at ``positions`` explained by ``model`` for the same classes,
+        in the model's dtype."""
+        from ..procedures.vision_perturbation import resolve_normalization
+
+        def again(model, positions: list[int]) -> torch.Tensor:
+            dtype = next(model.parameters()).dtype
+            pixels = resolve_normalization(bundle.model)(images[positions]).to(bundle.device, dtype)
+            target = ex["explained"][positions].to(bundle.device)
+            return self._explain(bundle, pixels, ctx, target=target, model=model).scores
+        return again
 
     @classmethod
     def sample_shape(cls, cell, arch) -> SampleShape:
