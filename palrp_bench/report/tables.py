@@ -238,8 +238,9 @@ def reproduced_only(metrics: pd.DataFrame, published: pd.DataFrame, confidence: 
 
 def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame, withheld: dict | None = None) -> pd.DataFrame:
     """Long form: every ``metrics.csv`` row with its published number and difference, plus one row per published
-    number that was not reproduced (``value`` NaN), so a partial run shows what is missing (the rows of a model that
-    is not the paper's checkpoint, ``withheld``, reproduce none)."""
+    number that was not reproduced (``value`` NaN, ``note`` the metric's comparability note where it has one: the
+    AttnLRP paper's IoU), so a partial run shows what is missing (the rows of a model that is not the paper's
+    checkpoint, ``withheld``, reproduce none)."""
     rep = attach_published(metrics, published, withheld) if not metrics.empty else metrics.copy()
     numbers = published_numbers(published)
     if not rep.empty:
@@ -252,7 +253,8 @@ def comparison_frame(metrics: pd.DataFrame, published: pd.DataFrame, withheld: d
     else:
         seen = set()
     missing = numbers[[tuple(k) not in seen for k in numbers[PUBLISHED_KEY].itertuples(index=False)]]
-    missing = missing.assign(run_task="", value=np.nan, difference=np.nan)
+    missing = missing.assign(run_task="", value=np.nan, difference=np.nan,
+                             note=[_metric_note(str(m)) or np.nan for m in missing["metric"]])
     df = pd.concat([rep, missing], ignore_index=True) if not rep.empty else missing
     pub_hib = {tuple(r[PUBLISHED_KEY]): r["higher_is_better"] for _, r in published.iterrows()}
     df["higher_is_better"] = [direction(m, v, pub_hib.get((mo, t, me, v, m))) for mo, t, me, v, m in

@@ -118,6 +118,18 @@ def test_comparison_frame_keeps_unreproduced_published_numbers(tmp_path):
     assert list(cmp[cmp.paper_table == REPRODUCED_ONLY].model) == ["tiny_llama_cls"]
 
 
+def test_an_unreproduced_published_iou_carries_its_caveat_in_comparison_csv():
+    """The AttnLRP paper's SQuAD IoU (its definition unknown) keeps the metric's note in comparison.csv even where no
+    number of ours stands beside it; a published number without a note keeps none."""
+    from palrp_bench.metrics.evidence import IOU_NOTE
+
+    published = load_published(None)
+    cmp = comparison_frame(pd.DataFrame(), published)
+    iou = cmp[cmp.metric == "iou"]
+    assert len(iou) >= 1 and iou.value.isna().all() and (iou.note == IOU_NOTE).all()
+    assert cmp[cmp.metric == "auac"].note.isna().all()
+
+
 def test_paired_tables_say_better_only_when_significant_after_holm():
     strong = pd.DataFrame(_curve_rows("m", "t", "pa_lrp", "t", 0.8, n=12, spread=0.01)
                           + _curve_rows("m", "t", "attnlrp", "t", 0.7, n=12, spread=0.0105)
