@@ -44,7 +44,7 @@ import pandas as pd
 from ..metrics.registry import curve_inputs
 from ..metrics.table import MetricSamples, metric_samples, wide_values
 from ..rundir import MANIFEST_JSON, explanation_file, read_explanation
-from .plots import DIVERGING_CMAP, _task_kind, mean_band, table_metric_of
+from .plots import DIVERGING_CMAP, _task_kind, curve_axes, mean_band, table_metric_of
 from ..metrics.published import direction
 from .tables import Notes, Table, arrow, fmt, interval_text
 
@@ -326,12 +326,6 @@ def _marker(k: int, x: float, y: float, colour: str) -> str:
     return f'<polygon points="{x:.1f},{y - 3:.1f} {x + 3:.1f},{y:.1f} {x:.1f},{y + 3:.1f} {x - 3:.1f},{y:.1f}" fill="{colour}"/>'
 
 
-def _axis_labels(curve: str) -> tuple[str, str]:
-    if curve in ("ac", "mse"):
-        return "fraction of tokens", curve
-    return "fraction of pixels removed", curve
-
-
 def _curves_html(df: pd.DataFrame, metrics: pd.DataFrame, confidence: float) -> str:
     curves = df[df["metric"].isin(curve_inputs())]
     if curves.empty:
@@ -352,7 +346,7 @@ def _curves_html(df: pd.DataFrame, metrics: pd.DataFrame, confidence: float) -> 
                 if len(hit) and np.isfinite(hit["value"].iloc[0]):
                     label += f" ({table[0]} {hit['value'].iloc[0]:.3f})"
             drawn.append(_Curve(str(method), wide.columns.to_numpy(dtype=np.float64), mean, low, high, label))
-        xlabel, ylabel = _axis_labels(metric)
+        xlabel, ylabel = curve_axes(metric, str(variant))
         title = (f"{model} / {task}: {metric} ({variant}), run {run}; band: "
                  f"{int(round(confidence * 100))}% CI of the mean")
         out.append(_curve_svg(drawn, title, xlabel, ylabel, f"curve-{k}"))
