@@ -58,6 +58,12 @@ RESULT_COLUMNS = ["run", "model", "quantization", "dtype", "task", "paper_task",
                   "tie_device", "stabilizers", "rules", "aggregation", "embeddings", "method", "sample_id", "metric",
                   "variant", "step", "value"]
 
+#: per-sample descriptors some tasks vary by design, taken from each sample's info: the needle's ``length`` (input
+#: tokens) and ``depth`` (the needle's place in the haystack, 0..1; data/needle.py). ``results.csv`` has a column for
+#: each after ``value`` only when a sample of the run has it, so the results of every other task keep
+#: :data:`RESULT_COLUMNS` exactly (:func:`result_columns`)
+SAMPLE_COLUMNS = ["length", "depth"]
+
 #: ``metrics.csv``: one row per (cell, table metric, variant): the table number, its confidence interval, the
 #: number of samples it was computed from and how many samples had non-finite values (docs/evaluation.md)
 METRIC_COLUMNS = CELL_COLUMNS + CELL_JOINED_COLUMNS + ["metric", "variant", "value", "ci_low", "ci_high", "n",
@@ -66,6 +72,13 @@ METRIC_COLUMNS = CELL_COLUMNS + CELL_JOINED_COLUMNS + ["metric", "variant", "val
 #: ``value - published`` (:func:`palrp_bench.metrics.published.attach_published`)
 PAPER_COLUMNS = ["paper_table", "published", "difference"]
 METRICS_CSV_COLUMNS = METRIC_COLUMNS + PAPER_COLUMNS
+
+def result_columns(present) -> list[str]:
+    """The columns of a ``results.csv`` whose rows carry the descriptors ``present``: :data:`RESULT_COLUMNS`, then
+    those of :data:`SAMPLE_COLUMNS` in ``present``."""
+    present = set(present)
+    return RESULT_COLUMNS + [c for c in SAMPLE_COLUMNS if c in present]
+
 
 #: the single row a sample with non-finite relevance gets instead of metric rows
 NONFINITE_METRIC = "nonfinite_relevance"

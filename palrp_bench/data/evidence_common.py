@@ -1,7 +1,8 @@
 """The model-independent records of the evidence benchmark (docs/evaluation.md, "Evidence data").
 
 One :class:`EvidenceSample` per test item of the three tasks of the decomposition-attribution paper: subject-verb
-agreement (``sva``), reflexive anaphora (``ra``) and extractive question answering (``qa``). A record holds text,
+agreement (``sva``), reflexive anaphora (``ra``) and extractive question answering (``qa``), and of the needle in a
+haystack (``needle``, data/needle.py: a key-value sentence in a long text, the value asked for). A record holds text,
 the annotated evidence as character spans, and the two words whose logits are contrasted (``target`` the correct
 one, ``foil`` the wrong one); it knows nothing of tokenizers or models. The task adapter turns a record into the
 text one model head reads with :func:`render` (causal LMs: the sentence up to the predicted word, or the qa prompt;
@@ -27,19 +28,26 @@ from ..errors import BadInputError
 from .sample_ids import stable_hash
 from .text_common import iter_local_records
 
-__all__ = ["EVIDENCE_TASKS", "QA_CONTEXT_LEAD", "QA_QUESTION_LEAD", "QA_ANSWER_LEAD", "EvidenceSample",
+__all__ = ["EVIDENCE_TASKS", "RETRIEVAL_TASKS", "NEEDLE_QUESTION_LEAD", "QA_CONTEXT_LEAD", "QA_QUESTION_LEAD",
+           "QA_ANSWER_LEAD", "EvidenceSample",
            "RenderedEvidence", "render", "format_qa_prompt", "tokens_overlapping", "EvidencePool", "Dropped",
            "DROP_REASONS", "collect_pool", "check_limit", "first_word", "word_span",
            "content_sample_id", "save_evidence_jsonl", "read_evidence_jsonl", "peek_records", "is_evidence_jsonl", "EVIDENCE_JSONL_FIELDS"]
 
 #: The tasks (``EvidenceSample.task``).
-EVIDENCE_TASKS: tuple[str, ...] = ("sva", "ra", "qa")
+EVIDENCE_TASKS: tuple[str, ...] = ("sva", "ra", "qa", "needle")
+#: Tasks answered correctly only when the target's first token is the model's arg-max at the read-out position (a
+#: needle is retrieved or not); the others when the target's logit exceeds the foil's.
+RETRIEVAL_TASKS: tuple[str, ...] = ("needle",)
 
 #: The qa prompt, ``{QA_CONTEXT_LEAD}{context}{QA_QUESTION_LEAD}{question}{QA_ANSWER_LEAD}``: "Context: ...\n
 #: Question: ...\nAnswer:" (our choice; the paper gives none). A causal LM predicts the answer's first word next.
 QA_CONTEXT_LEAD = "Context: "
 QA_QUESTION_LEAD = "\nQuestion: "
 QA_ANSWER_LEAD = "\nAnswer:"
+#: The needle's causal text is ``{context}{NEEDLE_QUESTION_LEAD}{question}``: the haystack with the needle, a blank
+#: line, the question and the answer's lead (data/needle.py); the answer's first token comes next.
+NEEDLE_QUESTION_LEAD = "\n\n"
 
 #: Why a sample was dropped at load (the keys of ``EvidencePool.dropped``).
 DROP_REASONS: dict[str, str] = {
@@ -62,11 +70,15 @@ class EvidenceSample:
     * ``suffix`` (sva, ra): the text after the predicted word exactly as in the sentence (``" on the table ."`` or
       ``"."``), so the sentence is ``prefix + " " + target + suffix`` and a masked LM reads
       ``prefix + " " + mask + suffix``.
-    * ``context``, ``question`` (qa): the paragraph and the question (:func:`format_qa_prompt` builds the prompt).
+    * ``context``, ``question`` (qa): the paragraph and the question (:func:`format_qa_prompt` builds the prompt);
+      (needle) the haystack with the needle and the text after it, question and answer lead.
     * ``evidence``: character spans ``(start, end)`` (end exclusive, Python slicing) into ``prefix`` for sva / ra
       and into ``context`` for qa (:attr:`evidence_field`); sorted, non-empty, inside that text. sva: the subject
       of the verb (its head word); ra: the antecedent of the reflexive (the head word of the subject); qa: the first
-      annotated answer.
+      annotated answer; needle: the value.
+    * ``extra_evidence``: more evaluation masks, name -> character spans into the same text, each scored over the
+      ``default`` mask's tokens (needle: ``key``, the key in the needle; a name of
+      :data:`palrp_bench.metrics.evidence.EVALUATION_MASKS`).
     * ``target``: the correct word (sva: the verb form in the sentence; ra: the reflexive in the sentence; qa: the
       answer's first word); ``foil``: the contrasted wrong word (sva: the other number of the verb; ra: a
       reflexive of the other number; qa: the first word of another question's answer on the same paragraph).
@@ -84,17 +96,23 @@ class EvidenceSample:
     suffix: str = ""
     context: str = ""
     question: str = ""
+    extra_evidence: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
     @property
+    def has_context(self) -> bool:
+        """qa and needle: a context read before a question (else a sentence prefix)."""
+        return self.task in ("qa", "needle")
+
+    @property
     def evidence_field(self) -> str:
-        """The field the evidence spans index: ``context`` for qa, else ``prefix``."""
-        return "context" if self.task == "qa" else "prefix"
+        """The field the evidence spans index: ``context`` for qa and needle, else ``prefix``."""
+        return "context" if self.has_context else "prefix"
 
     @property
     def evidence_text(self) -> str:
         """The text the evidence spans index (:attr:`evidence_field`)."""
-        return self.context if self.task == "qa" else self.prefix
+        return self.context if self.has_context else self.prefix
 
     @property
     def sentence(self) -> str:
@@ -110,6 +128,7 @@ class EvidenceSample:
         """The record as a JSON object (:func:`save_evidence_jsonl`)."""
         return {"sample_id": self.sample_id, "task": self.task, "prefix": self.prefix, "suffix": self.suffix,
                 "context": self.context, "question": self.question, "evidence": [list(s) for s in self.evidence],
+                "extra_evidence": {k: [list(s) for s in v] for k, v in self.extra_evidence.items()},
                 "target": self.target, "foil": self.foil, "meta": self.meta}
 
 
@@ -119,13 +138,14 @@ class RenderedEvidence:
     """The text one model head reads, with the evidence and the named regions as character spans into it.
 
     ``regions`` (end exclusive): sva / ra: ``sentence`` (all of ``text``), ``prefix``, and for masked LMs ``mask``
-    (the mask token) and ``suffix``; qa: ``context``, ``question``, and for masked LMs ``mask``. The default
-    evaluation mask of the task kind keeps the tokens the text itself has (qa: those of ``context``);
-    ``with_question`` adds ``question``."""
+    (the mask token) and ``suffix``; qa and needle: ``context``, ``question``, and for masked LMs ``mask``. The
+    default evaluation mask of the task kind keeps the tokens the text itself has (qa, needle: those of
+    ``context``); ``with_question`` adds ``question``. ``extra_evidence``: the sample's, moved into ``text``."""
 
     text: str
     evidence: tuple[tuple[int, int], ...]
     regions: dict[str, tuple[int, int]]
+    extra_evidence: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
 def format_qa_prompt(context: str, question: str) -> str:
@@ -136,31 +156,41 @@ def format_qa_prompt(context: str, question: str) -> str:
 def render(sample: EvidenceSample, head: str, mask_token: str | None = None) -> RenderedEvidence:
     """What a ``causal`` or ``masked`` head reads for ``sample`` (:class:`RenderedEvidence`).
 
-    causal: sva / ra the prefix; qa the prompt of :func:`format_qa_prompt` (the answer follows it). masked (needs
-    ``mask_token``, e.g. ``tokenizer.mask_token``): sva / ra ``prefix + " " + mask + suffix``; qa the prompt
-    followed by ``" " + mask``."""
+    causal: sva / ra the prefix; qa the prompt of :func:`format_qa_prompt` (the answer follows it); needle the context,
+    :data:`NEEDLE_QUESTION_LEAD` and the question. masked (needs ``mask_token``, e.g. ``tokenizer.mask_token``):
+    sva / ra ``prefix + " " + mask + suffix``; qa and needle the causal text followed by ``" " + mask``."""
     if head not in ("causal", "masked"):
         raise BadInputError(f"unknown model head {head!r} for an evidence sample", "use head='causal' or 'masked'")
     if head == "masked" and not mask_token:
         raise BadInputError("a masked LM needs its mask token to render an evidence sample",
                             "pass mask_token=tokenizer.mask_token")
-    if sample.task == "qa":
-        start = len(QA_CONTEXT_LEAD)
-        text = format_qa_prompt(sample.context, sample.question)
-        q_start = start + len(sample.context) + len(QA_QUESTION_LEAD)
+    if sample.has_context:
+        if sample.task == "qa":
+            start, lead = len(QA_CONTEXT_LEAD), QA_QUESTION_LEAD
+            text = format_qa_prompt(sample.context, sample.question)
+        else:
+            start, lead = 0, NEEDLE_QUESTION_LEAD
+            text = f"{sample.context}{lead}{sample.question}"
+        q_start = start + len(sample.context) + len(lead)
         regions = {"context": (start, start + len(sample.context)),
                    "question": (q_start, q_start + len(sample.question))}
         if head == "masked":
             regions["mask"] = (len(text) + 1, len(text) + 1 + len(mask_token))
             text = f"{text} {mask_token}"
-        return RenderedEvidence(text, tuple((a + start, b + start) for a, b in sample.evidence), regions)
+
+        def moved(spans):
+            return tuple((a + start, b + start) for a, b in spans)
+
+        return RenderedEvidence(text, moved(sample.evidence), regions,
+                                {name: moved(spans) for name, spans in sample.extra_evidence.items()})
     n = len(sample.prefix)
     if head == "causal":
-        return RenderedEvidence(sample.prefix, tuple(sample.evidence), {"sentence": (0, n), "prefix": (0, n)})
+        return RenderedEvidence(sample.prefix, tuple(sample.evidence), {"sentence": (0, n), "prefix": (0, n)},
+                                dict(sample.extra_evidence))
     text = f"{sample.prefix} {mask_token}{sample.suffix}"
     regions = {"sentence": (0, len(text)), "prefix": (0, n), "mask": (n + 1, n + 1 + len(mask_token)),
                "suffix": (n + 1 + len(mask_token), len(text))}
-    return RenderedEvidence(text, tuple(sample.evidence), regions)
+    return RenderedEvidence(text, tuple(sample.evidence), regions, dict(sample.extra_evidence))
 
 
 def tokens_overlapping(offsets: Sequence[Sequence[int]], spans: Iterable[Sequence[int]]) -> list[bool]:
@@ -250,9 +280,9 @@ def _check_sample(sample: EvidenceSample) -> str | None:
     if sample.task not in EVIDENCE_TASKS:
         raise BadInputError(f"evidence sample {sample.sample_id} has task {sample.task!r}",
                             f"use one of {EVIDENCE_TASKS}")
-    if sample.task == "qa":
+    if sample.has_context:
         if not sample.context.strip() or not sample.question.strip():
-            raise BadInputError(f"qa sample {sample.sample_id} has an empty context or question",
+            raise BadInputError(f"{sample.task} sample {sample.sample_id} has an empty context or question",
                                 "drop that row from the data file or fix it")
     elif not sample.prefix.strip():
         return "empty_evidence"  # nothing before the predicted word: the subject cannot be there
@@ -264,7 +294,7 @@ def _check_sample(sample: EvidenceSample) -> str | None:
     if not sample.evidence:
         return "empty_evidence"
     n = len(sample.evidence_text)
-    for a, b in sample.evidence:
+    for a, b in itertools.chain(sample.evidence, *sample.extra_evidence.values()):
         if not 0 <= a < b <= n:
             return "evidence_mismatch"
     if sample.target.strip().lower() == sample.foil.strip().lower():
@@ -302,7 +332,7 @@ def collect_pool(candidates: Iterable[EvidenceSample | Dropped], limit: int | No
 # ------------------------------------------------------------------------------------------------ JSON lines
 #: The fields of a saved evidence record (one JSON object per line).
 EVIDENCE_JSONL_FIELDS: tuple[str, ...] = ("sample_id", "task", "prefix", "suffix", "context", "question",
-                                          "evidence", "target", "foil", "meta")
+                                          "evidence", "extra_evidence", "target", "foil", "meta")
 
 
 def save_evidence_jsonl(samples: Iterable[EvidenceSample], path: str | Path) -> Path:
@@ -336,7 +366,7 @@ def read_evidence_jsonl(records: Iterable[dict], task: str, what: str) -> Iterat
     """:class:`EvidenceSample` of saved records (:func:`save_evidence_jsonl`) of ``task``; a record of another task
     or without the required fields is a one-line :class:`BadInputError`."""
     required = ("sample_id", "task", "evidence", "target", "foil") + (
-        ("context", "question") if task == "qa" else ("prefix", "suffix"))
+        ("context", "question") if task in ("qa", "needle") else ("prefix", "suffix"))
     for record in records:
         missing = [k for k in required if k not in record]
         if missing:
@@ -350,6 +380,8 @@ def read_evidence_jsonl(records: Iterable[dict], task: str, what: str) -> Iterat
         yield EvidenceSample(sample_id=str(record["sample_id"]), task=task, target=str(record["target"]),
                              foil=str(record["foil"]),
                              evidence=tuple((int(a), int(b)) for a, b in record["evidence"]),
+                             extra_evidence={str(k): tuple((int(a), int(b)) for a, b in v)
+                                             for k, v in (record.get("extra_evidence") or {}).items()},
                              prefix=str(record.get("prefix") or ""), suffix=str(record.get("suffix") or ""),
                              context=str(record.get("context") or ""), question=str(record.get("question") or ""),
                              meta=meta)

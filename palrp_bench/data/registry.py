@@ -80,8 +80,9 @@ class DatasetSpec:
     * ``pool_size``: the candidates of a pool in dataset order before ``task.pool_size`` caps them (None: unknown
       before the data is read); ``tokens``: mean real tokens per sample of a text dataset (capped at the option
       ``max_length``), ``context_tokens`` the tokens of its context (the features a context-only perturbation
-      walks), ``padded_length`` the length every sample is padded to (None: no padding); each a value or a function
-      of the resolved options;
+      walks), ``padded_length`` the length every sample is padded to (None: no padding), ``longest_tokens`` the
+      tokens of its longest sample where the options fix them (the needle's longest length; None: unknown, the plan
+      sizes memory for the mean); each a value or a function of the resolved options;
     * ``check``: the preflight check of ``task.path`` ``(task, options, findings)``: it reads the head of the file
       in its format, counts what must be counted, and reports a missing path itself; ``requirements``: what the
       dataset needs besides its data (a parser), checked with or without ``task.path``;
@@ -99,13 +100,17 @@ class DatasetSpec:
     tokens: float | Callable[[dict], float | None] | None = None
     context_tokens: float | Callable[[dict], float | None] | None = None
     padded_length: int | Callable[[dict], int | None] | None = None
+    longest_tokens: int | Callable[[dict], int | None] | None = None
     check: Callable[[Any, dict, Findings], None] | None = None
     requirements: Callable[[Any, dict, Findings], None] | None = None
 
     def resolve_options(self, given: Mapping[str, Any] | None) -> dict:
-        """``given`` with every default filled in and each value's type checked; an unknown key is a one-line
-        error naming the known ones."""
-        given = dict(given or {})
+        """``given`` with every default filled in and each value's type checked (a config's list, as Hydra gives
+        ``task.options.lengths=[1024,4096]``, as a plain list); an unknown key is a one-line error naming the known
+        ones."""
+        from omegaconf import OmegaConf
+
+        given = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in dict(given or {}).items()}
         known = {o.name: o for o in self.options}
         unknown = sorted(set(given) - set(known))
         if unknown:
@@ -136,6 +141,10 @@ class DatasetSpec:
 
     def padded(self, options: dict) -> int | None:
         value = _constant(self.padded_length)(options)
+        return None if value is None else int(value)
+
+    def longest(self, options: dict) -> int | None:
+        value = _constant(self.longest_tokens)(options)
         return None if value is None else int(value)
 
     def preflight(self, task, findings: Findings) -> None:

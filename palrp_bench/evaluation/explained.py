@@ -144,9 +144,12 @@ class PixelBatch(ExplainedBatch):
 
 @dataclass
 class EvidenceBatch(ExplainedBatch):
-    """The evidence kind: per sample, its evaluation masks ``name -> (valid, evidence)`` token flags."""
+    """The evidence kind: per sample, its evaluation masks ``name -> (valid, evidence)`` token flags, and where a
+    procedure needs them (``totals``) the signed semantic and positional relevance sums over its tokens
+    (``semantic_total``, ``positional_total``, ``[B]`` float64)."""
 
     masks: list[dict] = field(default_factory=list)
+    totals: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -70,7 +70,8 @@ What holds per sample (tested): corrected MRR >= corrected PG (if the top group 
 tie; official MRR < official PG is possible (above). Without ties both rules agree.
 
 Rows (what an evidence task writes per sample, scalar rows, values in [0, 1]; :func:`evidence_rows`): for each
-evaluation mask ``V`` (``default``, ``with_special``, and ``with_question`` for qa; :data:`EVALUATION_MASKS`)
+evaluation mask ``V`` (``default``, ``with_special``, ``with_question`` for qa and the needle, ``key`` for the needle;
+:data:`EVALUATION_MASKS`)
 
 * ``pg``, ``mrr`` with variant ``V`` under the official tie rule (the rule of the published table, so ``default``
   meets its ``default``) and with variant ``V_corrected_ties`` under the corrected rule (:func:`tie_variant`). The
@@ -100,8 +101,9 @@ __all__ = ["TIES", "EVALUATION_MASKS", "CORRECTED_TIES_SUFFIX", "EVIDENCE_METRIC
 
 #: the tie rules of PG and MRR (module docstring)
 TIES: tuple[str, ...] = ("official", "corrected")
-#: the evaluation masks an evidence task scores one explanation under (``with_question``: qa only)
-EVALUATION_MASKS: tuple[str, ...] = ("default", "with_special", "with_question")
+#: the evaluation masks an evidence task scores one explanation under (``with_question``: qa and needle; ``key``: the
+#: needle's key as the evidence over the ``default`` tokens)
+EVALUATION_MASKS: tuple[str, ...] = ("default", "with_special", "with_question", "key")
 #: appended to the evaluation mask in the variant of ``pg`` / ``mrr`` rows under the corrected tie rule
 CORRECTED_TIES_SUFFIX = "_corrected_ties"
 #: the table metrics of the paper's Table 1, in its column order

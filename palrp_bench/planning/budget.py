@@ -315,7 +315,8 @@ def too_long(cell: Cell, est: Estimate, device: str, runner, constants: CostCons
     need = at_batch_one(checkpoint)
     if need <= memory:
         return None
-    tokens = f"{round(est.work.explain_tokens)} tokens" if est.work.explanations else "its inputs"
+    longest = max(est.work.explain_tokens, est.work.longest_tokens)  # what peak_memory sizes a batch for
+    tokens = f"{round(longest)} tokens" if est.work.explanations else "its inputs"
     item = (f"{cell.key}: {format_bytes(need)} at batch 1 for {tokens} (runner.checkpoint={checkpoint}), more "
             f"than the {format_bytes(memory)} of the device")
     if checkpoint == "none" and est.work.explanations:

@@ -7,6 +7,8 @@ plus the columns that make it self-describing: model, quantization, dtype, task,
 tie_break (empty for cells without pixel perturbation), tie_device (the device kind that ordered tied pixels, per
 sample: the shards of one cell may run on different devices), stabilizers (what each sample's explanation used),
 rules, aggregation, embeddings (the ``full`` / ``partial`` switch where it changes the cell's scores, else empty). Scalar metrics have an empty ``step``.
+Runs whose samples carry descriptors (:data:`palrp_bench.rundir.SAMPLE_COLUMNS`: the needle's ``length`` and
+``depth``) get a column for each after ``value``; the results of other runs keep their columns.
 A sample whose relevance was non-finite has a single row ``metric=nonfinite_relevance, value=1``.
 
 Merging is idempotent and safe to run from several processes (every job of a multirun sweep merges when it
@@ -24,8 +26,8 @@ import pandas as pd
 
 from ..errors import MissingDataError
 from ..metrics.table import table_metrics
-from ..rundir import (MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULT_COLUMNS, RESULTS_CSV,
-                      published_withheld, run_dir_lock)
+from ..rundir import (MANIFEST_JSON, METRICS_CSV, METRICS_CSV_COLUMNS, NONFINITE_METRIC, RESULTS_CSV,
+                      SAMPLE_COLUMNS, published_withheld, run_dir_lock, result_columns)
 from ..atomic_io import write_csv_atomic, write_json_atomic
 from ..metrics.metrics_json import write_metrics_files
 from ..metrics.published import attach_published, load_published
@@ -54,6 +56,7 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
     run_id = run_dir.name
     frames = []
     cells = []
+    described: set[str] = set()  # the sample descriptors some sample of the run has
     for cdir in cell_dirs(run_dir):
         cell = json.loads((cdir / "cell.json").read_text())
         records = [r for _, r in iter_cell_records(cdir)]
@@ -68,31 +71,34 @@ def collect_rows(run_dir: Path) -> tuple[pd.DataFrame, list[dict]]:
             aggregation = info.get("aggregation", cell.get("aggregation")) or ""
             stabilizers = info.get("stabilizers") or ""  # what the explanation used (none for baselines, GPT-2, ...)
             tie_device = info.get("tie_device") or ""  # who ordered the tied pixels (pixel perturbation only)
+            descriptors = tuple(info.get(c) for c in SAMPLE_COLUMNS)
+            described.update(c for c, v in zip(SAMPLE_COLUMNS, descriptors) if v is not None)
             for metric, variant, step, value in decode_rows(rec):
                 key = (rec["sample_id"], metric, variant, None if step != step else step)
                 if key in seen:
                     continue
                 seen.add(key)
                 rows.append((rec["sample_id"], rules, aggregation, stabilizers, tie_device, metric, variant, step,
-                             value))
+                             value, *descriptors))
                 n_nonfinite += int(metric == NONFINITE_METRIC)
         frame = pd.DataFrame(rows, columns=["sample_id", "rules", "aggregation", "stabilizers", "tie_device", "metric",
-                                            "variant", "step", "value"])
+                                            "variant", "step", "value", *SAMPLE_COLUMNS])
         for col in ("model", "quantization", "dtype", "task", "paper_task", "protocol", "method"):
             frame[col] = cell[col]
         frame["causal"] = bool(cell.get("causal", cell["settings"]["task"].get("causal", True)))
         frame["tie_break"] = cell.get("tie_break") or ""
         frame["embeddings"] = cell.get("embeddings") or ""  # cells recorded before the switch existed: empty
         frame["run"] = run_id
-        frames.append(frame[RESULT_COLUMNS])
+        frames.append(frame[result_columns(SAMPLE_COLUMNS)])
         cells.append({"key": cell["key"], "fingerprint": cell["fingerprint"],
                       "metrics": sorted({m for r in records for m in record_metrics(r)}),
                       "settings": cell["settings"], "n_samples": len({r["sample_id"] for r in records}),
                       "n_nonfinite": n_nonfinite, "shards": shards})
+    columns = result_columns(described)
     if frames:
-        df = pd.concat(frames, ignore_index=True)
+        df = pd.concat(frames, ignore_index=True)[columns]
     else:
-        df = pd.DataFrame(columns=RESULT_COLUMNS)
+        df = pd.DataFrame(columns=columns)
     return df, cells
 
 
@@ -122,7 +128,7 @@ def merge_run(run_dir: Path, confidence: float = 0.95, n_boot: int = 1000) -> Me
             "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "results_csv": csv_path.name,
             "metrics_csv": METRICS_CSV,
-            "columns": RESULT_COLUMNS,
+            "columns": list(df.columns),
             "metric_columns": METRICS_CSV_COLUMNS,
             "n_rows": int(len(df)),
             "environment": environment(),

@@ -120,10 +120,10 @@ def test_the_contrast_is_the_difference_of_two_single_target_explanations(bert):
     bundle, prepared = bert
     adapter = EvidenceAdapter()
     width = max(len(p) for p in prepared)
-    contrast, _, _ = adapter._explained(bundle, prepared, _ctx("attnlrp"), width)
-    top, info, _ = adapter._explained(bundle, prepared, _ctx("attnlrp", contrastive=False), width)
+    contrast, _, _, _ = adapter._explained(bundle, prepared, _ctx("attnlrp"), width)
+    top, info, _, _ = adapter._explained(bundle, prepared, _ctx("attnlrp", contrastive=False), width)
     foils = [replace(p, target_id=p.foil_id) for p in prepared]
-    foil, _, _ = adapter._explained(bundle, foils, _ctx("attnlrp", contrastive=False), width)
+    foil, _, _, _ = adapter._explained(bundle, foils, _ctx("attnlrp", contrastive=False), width)
     assert not info[0]["contrastive"] and "foil" not in info[0]
     scale = float(contrast.abs().max())
     assert scale > 0 and not torch.allclose(contrast, top)

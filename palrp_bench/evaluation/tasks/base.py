@@ -141,6 +141,12 @@ def dataset_tokens(task) -> tuple[float | None, float | None, int | None]:
     return spec.mean_tokens(options), spec.mean_context_tokens(options), spec.padded(options)
 
 
+def dataset_longest_tokens(task) -> int | None:
+    """Tokens of the task's longest sample where its dataset's spec knows them from the options, else None."""
+    spec = dataset_spec(task.dataset, f" (task {task.name})")
+    return spec.longest(spec.resolve_options(task.options))
+
+
 def explorer_arrays(extras: dict, j: int, n: int | None = None, label=None) -> dict[str, np.ndarray]:
     """What the HTML report's sample explorer reads beside a sample's cached scores (docs/evaluation.md, "Cached
     explanations"): the aggregation's per-token or per-patch parts ``semantic_term`` / ``positional_term``
