@@ -141,7 +141,7 @@ class TaskConfig:
     kind: str = MISSING
     #: dataset of :data:`palrp_bench.data.registry.DATASETS` (``imdb``, ``arc``, ``wikipedia``, ``imagenet``,
     #: ``imagenet_seg``, ``synthetic_text``, ``synthetic_vision``, the evidence sets ``sva``, ``ra``, ``qa``,
-    #: ``synthetic_sva|ra|qa``), or ``selftest``
+    #: ``synthetic_sva|ra|qa``, ``needle``), or ``selftest``
     dataset: str = MISSING
     #: local data path (IMDB CSV, ImageNet folder, ``gtsegs_ijcv.mat``); None for hub datasets / embedded data
     path: Optional[str] = None

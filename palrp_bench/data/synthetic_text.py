@@ -128,20 +128,21 @@ def words_to_ids(text: str) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- tokenizer
-def build_tiny_tokenizer(vocab: dict[str, int] | None = None):
+def build_tiny_tokenizer(vocab: dict[str, int] | None = None, pattern: str = TOKEN_PATTERN, max_length: int = 512):
     """The word-level fast tokenizer of the suite (what ``assets/text/tokenizer`` holds); ``vocab`` (token -> id,
     starting with :data:`SPECIAL_TOKENS`) builds the same kind of tokenizer over another vocabulary (the evidence
-    model's, data/synthetic_evidence.py)."""
+    model's, data/synthetic_evidence.py), ``pattern`` splits the text into tokens another way (the needle model's
+    digits, data/needle.py) and ``max_length`` is its ``model_max_length``."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.WordLevel(vocab=VOCAB if vocab is None else vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(TOKEN_PATTERN), behavior="removed", invert=True)
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B",
                                                            special_tokens=[("<s>", BOS_ID)])
     backend.decoder = decoders.WordPiece(prefix="##", cleanup=True)
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="</s>", padding_side="right", model_max_length=512)
+                                   pad_token="</s>", padding_side="right", model_max_length=max_length)
 
 
 def tiny_tokenizer_dir(kind: str | None = None, asset_dir: str | Path | None = None) -> Path:

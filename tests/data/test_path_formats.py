@@ -21,7 +21,11 @@ TEXT, EVIDENCE, VISION = FIXTURES / "fixtures_text", FIXTURES / "fixtures_text" 
 PUBLISHED = {"arc": TEXT / "arc", "wikipedia": TEXT / "wikipedia", "imdb": TEXT / "imdb" / "IMDB Dataset.csv",
              "sva": EVIDENCE / "agr_50_mostcommon_10K.tsv", "ra": EVIDENCE / "blimp_with_targets",
              "qa": EVIDENCE / "dev-v2.0.json", "squad": EVIDENCE / "dev-v2.0.json",
-             "imagenet": VISION / "imagefolder", "imagenet_seg": VISION / "gtsegs_tiny.mat"}
+             "imagenet": VISION / "imagefolder", "imagenet_seg": VISION / "gtsegs_tiny.mat",
+             "needle": TEXT / "wikipedia"}
+#: datasets that read plain text as one of their formats (the needle's haystack corpus): a wrong format is another
+#: file type
+TEXT_CORPORA = {"needle"}
 #: options the fixtures need (a tiny ImageNet folder is no complete validation set, the tiny .mat file has 4 entries,
 #: the SQuAD fixture is the validation file while qa reads train by default)
 OPTIONS = {"imagenet": {"subset": "all"}, "imagenet_seg": {"expected_count": None}, "qa": {"split": "validation"}}
@@ -51,7 +55,7 @@ def test_the_published_format_passes(dataset):
 
 @pytest.mark.parametrize("dataset", CHECKED)
 def test_plain_text_is_one_problem_of_one_line(dataset, tmp_path):
-    path = tmp_path / "notes.txt"
+    path = tmp_path / ("notes.md" if dataset in TEXT_CORPORA else "notes.txt")
     path.write_text("Anarchism is a political philosophy.\nIt is sceptical of authority.\n")
     problems = _problems(_task(dataset, path))
     assert len(problems) == 1, problems
