@@ -92,17 +92,22 @@ TINY_T5_ARCH: dict[str, Any] = dict(d_model=48, d_kv=12, d_ff=96, num_layers=2, 
                                     feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
                                     tie_word_embeddings=False, initializer_factor=1.0)
 
-ModelKind = Literal["cls", "causal", "qwen2_causal", "evidence", "t5_squad"]
+ModelKind = Literal["cls", "causal", "qwen2_causal", "evidence", "t5_squad", "needle"]
 #: asset folder (model kind) -> (config class, model class, task) of the shipped tiny text models; ``evidence`` is
 #: the causal LLaMA of the evidence tasks with its own vocabulary and tokenizer (data/synthetic_evidence.py);
-#: ``t5_squad`` the tiny T5 of ``synthetic_squad`` (the evidence tokenizer; the answer follows the decoder start)
+#: ``t5_squad`` the tiny T5 of ``synthetic_squad`` (the evidence tokenizer; the answer follows the decoder start);
+#: ``needle`` the causal LLaMA of the needle in a haystack (data/needle.py: its own tokenizer, 4096 positions)
 TINY_TEXT_MODELS: dict[str, tuple[str, str, str]] = {
     "cls": ("LlamaConfig", "LlamaForSequenceClassification", "cls"),
     "causal": ("LlamaConfig", "LlamaForCausalLM", "mcqa"),
     "qwen2_causal": ("Qwen2Config", "Qwen2ForCausalLM", "mcqa"),
     "evidence": ("LlamaConfig", "LlamaForCausalLM", "evidence"),
     "t5_squad": ("T5Config", "T5ForConditionalGeneration", "squad"),
+    "needle": ("LlamaConfig", "LlamaForCausalLM", "needle"),
 }
+#: per kind, what differs from :data:`TINY_LLAMA_ARCH` (the needle model reads haystacks of up to a few thousand
+#: tokens)
+TINY_ARCH_OVERRIDES: dict[str, dict[str, Any]] = {"needle": {"max_position_embeddings": 4096}}
 
 __all__ = ["VOCAB", "TRIGGER_WINDOW", "build_tiny_tokenizer", "tiny_tokenizer_dir", "load_tiny_tokenizer",
            "make_synthetic_classification", "make_synthetic_mcqa", "tiny_text_config", "load_tiny_text_model",
@@ -276,8 +281,9 @@ def tiny_text_config(kind: ModelKind, vocab_size: int | None = None):
     extra = {"num_labels": 2, "id2label": {0: "no_early_trigger", 1: "early_trigger"},
              "label2id": {"no_early_trigger": 0, "early_trigger": 1}} if kind == "cls" else {}
     config_class = getattr(transformers, TINY_TEXT_MODELS[kind][0])
+    arch = {**TINY_LLAMA_ARCH, **TINY_ARCH_OVERRIDES.get(kind, {})}
     return config_class(vocab_size=len(VOCAB) if vocab_size is None else vocab_size, bos_token_id=BOS_ID,
-                        eos_token_id=EOS_ID, pad_token_id=PAD_ID, **TINY_LLAMA_ARCH, **extra)
+                        eos_token_id=EOS_ID, pad_token_id=PAD_ID, **arch, **extra)
 
 
 def _check_kind(kind: str) -> None:
@@ -291,7 +297,8 @@ def load_tiny_text_model(kind: ModelKind = "cls", asset_dir: str | Path | None =
     ``cls``: ``LlamaForSequenceClassification`` for :func:`make_synthetic_classification`;
     ``causal`` / ``qwen2_causal``: ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` for :func:`make_synthetic_mcqa`;
     ``evidence``: ``LlamaForCausalLM`` for the synthetic evidence tasks (data/synthetic_evidence.py);
-    ``t5_squad``: ``T5ForConditionalGeneration`` for ``synthetic_squad`` (the synthetic qa samples).
+    ``t5_squad``: ``T5ForConditionalGeneration`` for ``synthetic_squad`` (the synthetic qa samples);
+    ``needle``: ``LlamaForCausalLM`` for ``synthetic_needle`` (data/needle.py).
     """
     import transformers
 

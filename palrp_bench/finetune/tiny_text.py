@@ -18,6 +18,14 @@
     :data:`palrp_bench.data.synthetic_text.TINY_T5_ARCH`); the held-out report counts the greedy first answer
     tokens that are the answer word.
 
+(f) ``LlamaForCausalLM`` (kind ``needle``, config ``tiny_llama_needle``) on the needle in a haystack of
+    :mod:`palrp_bench.data.needle` with the synthetic filler and its own word-level tokenizer (numbers split into
+    digits): the value's digits are learnt after "... for <key> is" at the end of haystacks of 64 to 1,024 tokens
+    (64 and 128 for the first :data:`NEEDLE_SHORT_SHARE` of the steps, the retrieval circuit first), with the needle at
+    a uniformly random depth; 4,096 positions. The held-out report counts, per length of :data:`NEEDLE_HELDOUT` (one
+    beyond the trained lengths), the samples of the ``synthetic_needle`` grid whose arg-max next token is the value's
+    first digit.
+
 The LLaMA models: RoPE, 2 layers, hidden 64, 4 heads / 2 KV heads, pad = eos. Training is seeded and single-threaded, on
 fresh samples every step (split ``train``); the held-out accuracy is measured on split ``test``. Outputs, in
 ``--out-dir`` (default ``palrp_bench/assets/text``): ``tokenizer/``, ``cls/`` and ``causal/`` (``save_pretrained``
@@ -28,6 +36,7 @@ safetensors + ``training_report.json``; ``qwen2_causal/``; ``evidence/`` and ``t
     python scripts/train_tiny_text.py --kind qwen2_causal
     python scripts/train_tiny_text.py --kind evidence
     python scripts/train_tiny_text.py --kind t5_squad
+    python scripts/train_tiny_text.py --kind needle  # about 8 min of one CPU thread
 """
 from __future__ import annotations
 
@@ -41,8 +50,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..data import needle as nd
 from ..data import synthetic_evidence as se
 from ..data import synthetic_text as st
+from ..data.evidence_common import render
 
 #: Per kind: optimisation steps, batch size, peak learning rate.
 RECIPES: dict[str, dict] = {
@@ -51,6 +62,7 @@ RECIPES: dict[str, dict] = {
     "qwen2_causal": {"steps": 400, "batch_size": 64, "lr": 5e-3},
     "evidence": {"steps": 600, "batch_size": 96, "lr": 5e-3},
     "t5_squad": {"steps": 800, "batch_size": 64, "lr": 5e-3},
+    "needle": {"steps": 1000, "batch_size": 16, "lr": 3e-3},
 }
 #: Causal model: weight of the auxiliary next-token loss over the whole prompt. Without it the answer loss sits
 #: at chance (ln 4) for hundreds of steps; predicting the prompt's own tokens (e.g. each option letter after its
@@ -62,6 +74,13 @@ GRAD_CLIP = 1.0
 HELDOUT = {"split": "test", "seed": 0, "n": 2000}
 #: Evidence model: held-out samples per task.
 EVIDENCE_HELDOUT = {"split": "test", "seed": 0, "n": 500}
+#: Needle model: the haystack lengths of a training step (one per step, drawn by the step's seed), the share of the
+#: steps that draw from the short ones only, and the held-out grid (``task=synthetic_needle`` with ``n`` needles)
+NEEDLE_SHORT = (64, 128)
+NEEDLE_LENGTHS = (64, 128, 256, 512, 1024)
+NEEDLE_SHORT_SHARE = 0.3
+NEEDLE_HELDOUT = {"split": "test", "seed": 0, "n": 16, "lengths": [256, 512, 1024, 2048],
+                  "depths": list(nd.DEFAULT_DEPTHS)}
 
 
 def _schedule(step: int, steps: int) -> float:
@@ -185,6 +204,95 @@ def train_evidence(seed: int, steps: int, batch_size: int, lr: float, heldout_n:
     return model, tokenizer, report
 
 
+def needle_batch(tokenizer, step: int, length: int, batch_size: int, split: str = "train") -> torch.Tensor:
+    """``[batch_size, length + digits]`` token ids of step ``step``'s needles (data/needle.py, synthetic filler of
+    seed ``step``, needle ``b`` of that seed at a depth drawn uniformly): the causal input of ``length`` tokens, then
+    the value's digits (the targets)."""
+    stream = nd.token_stream(nd.filler_documents(step, split), tokenizer, batch_size * length + 64,
+                             what="needle filler")
+    depths = torch.Generator().manual_seed(step)
+    rows = []
+    for b in range(batch_size):
+        draw = nd.draw_needle(step, b, nd.DEFAULT_VALUE_DIGITS, split)
+        sample = nd.build_needle(stream, tokenizer, start=b * length, length=length,
+                                 depth=float(torch.rand((), generator=depths)), draw=draw, sample_id=f"train-{b}")
+        rows.append(tokenizer(render(sample, "causal").text)["input_ids"] + [nd.NEEDLE_VOCAB[d] for d in draw.value])
+    return torch.tensor(rows)
+
+
+def _needle_loss(model, ids: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the value's digits after the input plus :data:`LM_AUX_WEIGHT` times the next-token loss over
+    the whole sequence."""
+    logits = model(input_ids=ids[:, :-1]).logits
+    targets = ids[:, 1:]
+    digits = nd.DEFAULT_VALUE_DIGITS
+    answer = torch.nn.functional.cross_entropy(logits[:, -digits:].reshape(-1, logits.shape[-1]),
+                                               targets[:, -digits:].reshape(-1))
+    lm = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return answer + LM_AUX_WEIGHT * lm
+
+
+@torch.no_grad()
+def needle_heldout(model, tokenizer, lengths=tuple(NEEDLE_HELDOUT["lengths"]), n: int = NEEDLE_HELDOUT["n"],
+                   seed: int = NEEDLE_HELDOUT["seed"]) -> dict:
+    """Per length of the ``synthetic_needle`` grid (every depth of :data:`NEEDLE_HELDOUT`, ``n`` needles, filler
+    seed ``seed``): samples and those whose arg-max next token is the value's first digit (``retrieved``,
+    ``accuracy``; chance is 1/9), and the same per depth over all lengths."""
+    samples = nd.make_needle_samples(tokenizer, nd.filler_documents(seed), lengths=list(lengths),
+                                     depths=NEEDLE_HELDOUT["depths"], n=n, seed=seed)
+    per_length: dict[int, list[bool]] = {}
+    per_depth: dict[str, list[bool]] = {}
+    for s in samples:
+        ids = torch.tensor([tokenizer(render(s, "causal").text)["input_ids"]])
+        hit = int(model(input_ids=ids).logits[0, -1].argmax()) == nd.NEEDLE_VOCAB[s.target[0]]
+        per_length.setdefault(s.meta["length"], []).append(hit)
+        per_depth.setdefault(nd.depth_label(s.meta["depth"]), []).append(hit)
+
+    def summary(hits):
+        return {"n": len(hits), "retrieved": int(sum(hits)), "accuracy": sum(hits) / len(hits)}
+
+    return {"per_length": {str(k): summary(v) for k, v in per_length.items()},
+            "per_depth": {k: summary(v) for k, v in per_depth.items()}}
+
+
+def train_needle(seed: int, steps: int, batch_size: int, lr: float, heldout_n: int = NEEDLE_HELDOUT["n"],
+                 heldout_lengths=tuple(NEEDLE_HELDOUT["lengths"])):
+    """Train the needle model from scratch (module docstring, (f)) and evaluate it on the held-out grid
+    (:func:`needle_heldout` with ``heldout_n`` needles at ``heldout_lengths``); returns ``(model, tokenizer, report
+    dict)``."""
+    import random
+
+    import transformers
+
+    torch.manual_seed(seed)
+    tokenizer = nd.build_needle_tokenizer()
+    model = transformers.LlamaForCausalLM(st.tiny_text_config("needle", vocab_size=len(nd.NEEDLE_VOCAB)))
+
+    def length_of(step: int) -> int:
+        choices = NEEDLE_SHORT if step < NEEDLE_SHORT_SHARE * steps else NEEDLE_LENGTHS
+        return random.Random(seed * 1_000_003 + step).choice(choices)
+
+    def step_loss(step: int) -> torch.Tensor:
+        return _needle_loss(model, needle_batch(tokenizer, seed * steps + step, length_of(step), batch_size))
+
+    trained = _fit(model, steps, lr, step_loss, "training tiny needle")
+    report = {
+        "kind": "needle",
+        "architecture": "LlamaForCausalLM",
+        "task": "needle in a haystack of synthetic filler (synthetic_needle): the value's digits after the question",
+        "heldout": {**{k: v for k, v in NEEDLE_HELDOUT.items() if k != "depths"}, "n": heldout_n,
+                    "lengths": list(heldout_lengths), **needle_heldout(model, tokenizer, heldout_lengths, heldout_n)},
+        "train": {"seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "warmup_steps": WARMUP_STEPS,
+                  "weight_decay": WEIGHT_DECAY, "grad_clip": GRAD_CLIP, "lm_aux_weight": LM_AUX_WEIGHT,
+                  "lengths": list(NEEDLE_LENGTHS), "short_lengths": list(NEEDLE_SHORT),
+                  "short_share": NEEDLE_SHORT_SHARE, "value_digits": nd.DEFAULT_VALUE_DIGITS, **trained},
+        "vocab_size": len(nd.NEEDLE_VOCAB),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "versions": _versions(),
+    }
+    return model, tokenizer, report
+
+
 def _t5_batch(tokenizer, samples) -> dict:
     """Encoder inputs (the qa prompt) and labels (the answer word, then EOS) of the tiny T5."""
     ids, mask = se.causal_batch(tokenizer, samples)
@@ -278,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # reproducible float summation order; the models are tiny anyway
     args.out_dir.mkdir(parents=True, exist_ok=True)
     kinds = ["cls", "causal"] if args.kind == "both" else [args.kind]
-    if any(kind not in ("evidence", "t5_squad") for kind in kinds):
+    if any(kind not in ("evidence", "t5_squad", "needle") for kind in kinds):
         st.build_tiny_tokenizer().save_pretrained(str(args.out_dir / "tokenizer"))
     for kind in kinds:
         recipe = dict(RECIPES[kind])
@@ -290,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer.save_pretrained(str(folder))
             per_task = report["heldout"]["per_task"].items()
             accuracy = ", ".join(f"{task} {r['n_correct']}/{r['n']}" for task, r in per_task)
+        elif kind == "needle":
+            model, tokenizer, report = train_needle(args.seed, **recipe)
+            tokenizer.save_pretrained(str(folder))
+            accuracy = ", ".join(f"{length} tokens {r['retrieved']}/{r['n']}"
+                                 for length, r in report["heldout"]["per_length"].items())
         elif kind == "t5_squad":
             model, tokenizer, report = train_t5_squad(args.seed, **recipe)
             tokenizer.save_pretrained(str(folder))

@@ -129,16 +129,18 @@ def test_the_model_config_loads_model_and_tokenizer_offline():
     assert loaded.config.vocab_size == len(se.EVIDENCE_VOCAB) and tokenizer.get_vocab() == se.EVIDENCE_VOCAB
 
 
-@pytest.mark.parametrize("trainer, batch_size", [("train_evidence", 12), ("train_t5_squad", 8)])
-def test_a_short_training_run_is_deterministic(trainer, batch_size):
-    """The evidence LLaMA and the tiny T5 of synthetic_squad (tests/data/test_tiny_t5.py)."""
+@pytest.mark.parametrize("trainer, batch_size, extra", [("train_evidence", 12, {}), ("train_t5_squad", 8, {}),
+                                                         ("train_needle", 2, {"heldout_lengths": (64,)})])
+def test_a_short_training_run_is_deterministic(trainer, batch_size, extra):
+    """The evidence LLaMA, the tiny T5 of synthetic_squad (tests/data/test_tiny_t5.py) and the needle LLaMA
+    (tests/data/test_needle_model.py; held out at 64 tokens only, every depth)."""
     from palrp_bench.finetune import tiny_text
 
     fit = getattr(tiny_text, trainer)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        runs = [fit(seed=5, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=20) for _ in range(2)]
+        runs = [fit(seed=5, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=20, **extra) for _ in range(2)]
     finally:
         torch.set_num_threads(threads)
     (m1, _, r1), (m2, _, r2) = runs
@@ -146,5 +148,5 @@ def test_a_short_training_run_is_deterministic(trainer, batch_size):
     assert all(torch.equal(s1[k], s2[k]) for k in s1)
     assert r1["train"]["final_train_loss"] == r2["train"]["final_train_loss"]
     assert json.dumps(r1["heldout"]) == json.dumps(r2["heldout"])
-    fresh = fit(seed=6, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=4)[0].state_dict()
+    fresh = fit(seed=6, steps=3, batch_size=batch_size, lr=5e-3, heldout_n=4, **extra)[0].state_dict()
     assert not all(torch.equal(s1[k], fresh[k]) for k in s1)
