@@ -268,6 +268,9 @@ class ReportConfig:
     out_dir: Optional[str] = None
     #: folder of published-number CSVs; None = the paper's tables shipped with the package (palrp_bench/paper)
     paper_dir: Optional[str] = None
+    #: the needle grid's metric, ``<table metric>:<variant>`` (drawn beside the positional share's grid for results
+    #: with ``length`` and ``depth`` columns; docs/evidence.md "Needle in a haystack")
+    needle_metric: str = "rma:default"
 
 
 @dataclass

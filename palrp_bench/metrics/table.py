@@ -88,6 +88,12 @@ class MetricSamples:
         _, comps = self.retained()
         return float(self.spec.compute(comps)) if comps.shape[0] else float("nan")
 
+    def subset(self, sample_ids) -> "MetricSamples":
+        """The same metric on the samples of ``sample_ids`` only (e.g. one length x depth bin of the needle grid),
+        so its :meth:`value` is the metric's own function on them."""
+        keep = np.isin(self.sample_ids, np.asarray(list(sample_ids), dtype=self.sample_ids.dtype))
+        return MetricSamples(self.cell, self.spec, self.variant, self.sample_ids[keep], self.components[keep], 0)
+
     def per_sample(self) -> np.ndarray:
         """The metric of each retained sample on its own (``[n]``; used by paired comparisons)."""
         _, comps = self.retained()

@@ -4,7 +4,7 @@ tests, plots.
 Input: run directories (their ``results.csv`` and ``metrics.csv``) or tidy CSV files (the table numbers are then
 computed from them with :func:`palrp_bench.metrics.table.table_metrics`, unless a ``metrics.csv`` lies beside them).
 Output in ``out_dir`` (default ``<first run>/report``): ``report.md``, ``report.tex``, ``comparison.csv``,
-``paired.csv``, ``curves_*.png`` and ``gallery_*.png`` (and ``report.html`` on request; :func:`write_run_html`
+``paired.csv``, ``curves_*.png``, ``gallery_*.png`` and, for the needle in a haystack, ``needle_*.png`` (and ``report.html`` on request; :func:`write_run_html`
 writes a run's own ``<run_dir>/report.html``). Each input run directory also gets its ``metrics.csv`` and
 ``metrics.json`` refreshed with the published numbers of this version (:mod:`palrp_bench.metrics.published`).
 """
@@ -22,6 +22,7 @@ from ..metrics.metrics_json import write_metrics_files
 from ..metrics.published import attach_published, load_published
 from ..rundir import MANIFEST_JSON, METRICS_CSV, RESULTS_CSV, published_withheld, run_dir_lock
 from .html import DEFAULT_MAX_MB, HTML_NAME, write_html
+from .plots import NEEDLE_METRIC, needle_grid_metrics
 from .stats import N_PERMUTATIONS
 from .tables import (REPRODUCED_ONLY, comparison_frame, latex, markdown, paired_frame, paired_tables, paper_tables,
                      reproduced_only, tie_break_frame, tie_break_table)
@@ -112,7 +113,8 @@ def write_run_html(run_dir: Path, report_cfg=None, max_mb: float | None = None) 
     withheld = _withheld(run_dirs)
     metrics = attach_published(metrics, published, withheld)
     return _write_html(Path(run_dir) / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot, max_mb,
-                       withheld=withheld)
+                       withheld=withheld,
+                       needle_metrics=needle_grid_metrics(_option(report_cfg, "needle_metric", NEEDLE_METRIC)))
 
 
 def _withheld(run_dirs: list[Path]) -> dict:
@@ -121,7 +123,7 @@ def _withheld(run_dirs: list[Path]) -> dict:
 
 
 def _write_html(path: Path, df, metrics, published, run_dirs, confidence: float, n_boot: int, max_mb,
-                paired: pd.DataFrame | None = None, withheld: dict | None = None) -> Path:
+                paired: pd.DataFrame | None = None, withheld: dict | None = None, needle_metrics=None) -> Path:
     samples = metric_samples(df)
     if paired is None:
         paired = paired_frame(samples, confidence, n_boot)
@@ -129,7 +131,7 @@ def _write_html(path: Path, df, metrics, published, run_dirs, confidence: float,
     return write_html(path, df, metrics, run_dirs, confidence,
                       paper=paper_tables(metrics, published, confidence, withheld),
                       paired=paired_tables(paired, confidence), note=note, samples=samples,
-                      max_mb=DEFAULT_MAX_MB if max_mb is None else float(max_mb))
+                      max_mb=DEFAULT_MAX_MB if max_mb is None else float(max_mb), needle_metrics=needle_metrics)
 
 
 def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html: bool = False,
@@ -140,6 +142,7 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html
     confidence = float(_option(report_cfg, "confidence", 0.95))
     n_boot = int(_option(report_cfg, "n_boot", 1000))
     gallery = list(_option(report_cfg, "gallery_ids", []) or [])
+    grids = needle_grid_metrics(_option(report_cfg, "needle_metric", NEEDLE_METRIC))
     df, metrics, run_dirs = _read_inputs(paths, confidence, n_boot)
     out_dir = Path(_option(report_cfg, "out_dir", None) or (
         (run_dirs[0] if run_dirs else Path(paths[0]).parent) / "report"))
@@ -181,11 +184,12 @@ def build_report(paths: list[Path], report_cfg=None, *, plots: bool = True, html
     files += [out_dir / "comparison.csv", out_dir / "paired.csv"]
     if html:
         files.append(_write_html(out_dir / HTML_NAME, df, metrics, published, run_dirs, confidence, n_boot,
-                                 html_max_mb, paired, withheld))
+                                 html_max_mb, paired, withheld, grids))
     if plots and not df.empty:
-        from .plots import plot_curves, plot_gallery
+        from .plots import plot_curves, plot_gallery, plot_needle_grids
 
         files += plot_curves(df, metrics, out_dir, confidence)
+        files += plot_needle_grids(df, out_dir, grids)
         for run_dir in run_dirs:
             for model_dir in sorted((run_dir / "cells").glob("*")):
                 for task_dir in sorted(model_dir.glob("*")):

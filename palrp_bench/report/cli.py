@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from ..errors import MissingDataError, PalrpError
 from .build import build_report
+from .plots import NEEDLE_METRIC
 
 
 #: ``--help``'s description: the module docstring's first paragraph, whole, without reST markup
@@ -60,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paper-dir", type=Path, default=None,
                    help="folder of published-number CSVs (default: the paper's tables shipped with palrp-bench)")
     p.add_argument("--gallery-ids", default="", help="comma-separated sample ids for the heatmap galleries")
+    p.add_argument("--needle-metric", default=NEEDLE_METRIC,
+                   help="<table metric>:<variant> of the needle grid drawn beside the positional share's "
+                        "(results with length and depth columns; e.g. pg:key)")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--html", action="store_true", help="also write report.html: one self-contained page with the "
                    "tables, curves and a sample explorer (opens offline in any browser)")
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = args.paths or [latest_run(args.runs_root)]
         cfg = SimpleNamespace(confidence=args.confidence, n_boot=args.n_boot,
                               gallery_ids=[s for s in args.gallery_ids.split(",") if s], out_dir=args.out,
-                              paper_dir=args.paper_dir)
+                              paper_dir=args.paper_dir, needle_metric=args.needle_metric)
         result = build_report(paths, cfg, plots=not args.no_plots, html=args.html, html_max_mb=args.html_max_mb)
     except PalrpError as err:
         print(f"palrp-bench-report: error: {err}", file=sys.stderr)

@@ -12,6 +12,9 @@ Content-Security-Policy forbids every other source.
   the difference where the paper has one (the numbers of ``metrics.csv``; each cell carries them in ``data-*``
   attributes), then the paper-shaped tables and the paired comparisons;
 * curves: the sample-mean perturbation curves with their bands as inline SVG, each with its values as a table;
+* needle grids (results with ``length`` and ``depth``, the needle in a haystack): per (run, model, task) and grid
+  metric (:func:`.plots.needle_grid_metrics`) one table per method, depths down and lengths across, each bin
+  coloured as the report's ``needle_*.png`` (:func:`.plots.needle_scale`) with its value and sample count;
 * the sample explorer, one per (run, model, task): a sortable, filterable, paged list of the samples (id, label,
   correctness, any per-sample metric of a method and its difference to another method's), and for the chosen
   sample every method side by side: tokens coloured by relevance (semantic / positional / total, hover or
@@ -44,7 +47,8 @@ import pandas as pd
 from ..metrics.registry import curve_inputs
 from ..metrics.table import MetricSamples, metric_samples, wide_values
 from ..rundir import MANIFEST_JSON, explanation_file, read_explanation
-from .plots import DIVERGING_CMAP, _task_kind, curve_axes, mean_band, table_metric_of
+from .plots import (DIVERGING_CMAP, _task_kind, bin_label, curve_axes, ink_on, length_label, mean_band,
+                    needle_grids_by_task, needle_scale, table_metric_of)
 from ..metrics.published import direction
 from .tables import Notes, Table, arrow, fmt, interval_text
 
@@ -357,6 +361,33 @@ def _curves_html(df: pd.DataFrame, metrics: pd.DataFrame, confidence: float) -> 
 # the sample explorer's data
 # ----------------------------------------------------------------------------------------------------------------
 
+def _needle_html(results: pd.DataFrame, which=None) -> str:
+    """The needle grids as coloured tables (module docstring); empty for results without ``length`` and ``depth``."""
+    parts = []
+    for (run, model, task), metric, variant, grids in needle_grids_by_task(results, which):
+        cmap, low, high = needle_scale(grids)
+        tables = []
+        for g in grids:
+            head = "".join(f'<th scope="col">{_esc(length_label(n))}</th>' for n in g.lengths)
+            body = []
+            for i, depth in enumerate(g.depths):
+                cells = []
+                for j in range(len(g.lengths)):
+                    v = g.values[i, j]
+                    rgba = cmap((v - low) / (high - low)) if np.isfinite(v) else cmap.get_bad()
+                    colour = "#%02x%02x%02x" % tuple(int(round(255 * c)) for c in rgba[:3])
+                    cells.append(f'<td style="background:{colour};color:{ink_on(rgba)}" data-value='
+                                 f'"{_number_attr(v)}">{_esc(bin_label(v))}<br><small>n={g.counts[i, j]}</small></td>')
+                body.append(f'<tr><th scope="row">{100 * depth:g}%</th>{"".join(cells)}</tr>')
+            tables.append(f'<table class="needle"><caption>{_esc(g.cell["method"])}</caption><thead><tr>'
+                          f'<th scope="col">depth \\ length</th>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+                          "</table>")
+        parts.append(f"<h3>{_esc(model)} / {_esc(task)}: {_esc(metric)} ({_esc(variant)})</h3>"
+                     f'<p class="muted">run {_esc(run)}; each bin: the metric on its scored samples (n); grey: none'
+                     f'</p><div class="needle-grids">{"".join(tables)}</div>')
+    return "\n".join(parts)
+
+
 def _natural_key(text: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
 
@@ -524,10 +555,12 @@ def _made_by(run_dirs: list[Path]) -> str:
 
 def render_html(results: pd.DataFrame, metrics: pd.DataFrame, run_dirs: list[Path], confidence: float, *,
                 paper: list[Table] = (), paired: list[Table] = (), note: str = "", max_mb: float = DEFAULT_MAX_MB,
-                samples: list[MetricSamples] | None = None, title: str = "palrp-bench report") -> str:
+                samples: list[MetricSamples] | None = None, title: str = "palrp-bench report",
+                needle_metrics=None) -> str:
     """The page (module docstring) of tidy ``results``, their ``metrics.csv`` rows (published numbers attached),
     the run directories holding their cached explanations, and the report's paper-shaped and paired tables;
-    ``samples``: :func:`~palrp_bench.metrics.table.metric_samples` of ``results`` when the caller has them."""
+    ``samples``: :func:`~palrp_bench.metrics.table.metric_samples` of ``results`` when the caller has them;
+    ``needle_metrics``: the needle grids' ``(metric, variant)`` (default :func:`.plots.needle_grid_metrics`)."""
     if samples is None:
         samples = metric_samples(results)
     by_cell: dict[tuple, list[MetricSamples]] = {}
@@ -557,6 +590,9 @@ def render_html(results: pd.DataFrame, metrics: pd.DataFrame, run_dirs: list[Pat
     made_by = _made_by(run_dirs)
     paper_html = "\n".join(_table_html(t) for t in paper) or "<p>no number of the paper's tables in the run</p>"
     paired_html = "\n".join(_table_html(t) for t in paired) or "<p>no method pairs on common samples</p>"
+    needle_html = _needle_html(results, needle_metrics) if not results.empty else ""
+    needle_section = (f'<section id="needle" aria-labelledby="needle-h"><h2 id="needle-h">Needle grids: input '
+                      f"length x needle depth</h2>\n{needle_html}\n</section>") if needle_html else ""
     css = (ASSETS / "report.css").read_text()
     js = (ASSETS / "report.js").read_text()
     colours = _script_json({"lut": colour_table(), "palette": PALETTE, "dashes": DASHES})
@@ -573,7 +609,7 @@ def render_html(results: pd.DataFrame, metrics: pd.DataFrame, run_dirs: list[Pat
 <a class="skip" href="#explorers">skip to the sample explorer</a>
 <header><h1>{_esc(title)}</h1><p class="muted">run {_esc(runs)}{_esc(made_by)}</p>
 <nav aria-label="sections"><a href="#tables">tables</a> <a href="#curves">curves</a>
-<a href="#explorers">sample explorer</a></nav></header>
+{'<a href="#needle">needle grids</a> ' if needle_section else ''}<a href="#explorers">sample explorer</a></nav></header>
 <main>
 <section id="tables" aria-labelledby="tables-h"><h2 id="tables-h">Table numbers (metrics.csv)</h2>
 <p class="note">{_esc(note)}</p>
@@ -586,6 +622,7 @@ def render_html(results: pd.DataFrame, metrics: pd.DataFrame, run_dirs: list[Pat
 <section id="curves" aria-labelledby="curves-h"><h2 id="curves-h">Perturbation curves</h2>
 {_curves_html(results, metrics, confidence) if not results.empty else '<p>no results</p>'}
 </section>
+{needle_section}
 <section id="explorers" aria-labelledby="explorers-h"><h2 id="explorers-h">Sample explorer</h2>
 <p class="note">Pick a sample in a list (click, or the arrow keys and Enter); sort by a column header, filter above
 the list. Relevance colours: red positive, blue negative, white 0, each method's array divided by its own largest

@@ -16,18 +16,23 @@
   The gallery shows what its task evaluates: segmentation galleries outline the mean-threshold foreground that
   Table 5 scores (and the ground-truth mask when cached); image-classification galleries show the map of the
   explained class; text galleries colour each token's background.
+* :func:`needle_grids` / :func:`plot_needle_grids`: for results that carry ``length`` and ``depth`` (the needle in a
+  haystack), per (run, model, task) and table metric of :func:`needle_grid_metrics` the length x depth picture, one
+  panel per method, each bin the metric's own function on its samples.
 """
 from __future__ import annotations
 
 import json
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..metrics.registry import EACH_VARIANT, curve_inputs, metric_specs
+from ..metrics.table import metric_samples
 from ..rundir import explanation_file, read_explanation
 
 #: line styles and markers cycled over the methods of a curve plot (distinct even when curves coincide)
@@ -382,3 +387,169 @@ def plot_gallery(run_dir: Path, model: str, task: str, out_dir: Path, wanted: li
 
 __all__ = ["plot_curves", "curve_figure", "plot_gallery", "gallery_figure", "gallery_ids", "mean_band", "map_style",
            "normalise", "table_metric_of"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the needle grid
+# ----------------------------------------------------------------------------------------------------------------
+
+#: the ``(table metric, variant)`` grids a report draws for every cell whose results carry ``length`` and ``depth``
+#: (the needle in a haystack, docs/evidence.md): a metric of the value (``report.needle_metric``, default the
+#: relevance mass on it) and the positional share of the relevance
+NEEDLE_METRIC = "rma:default"
+POSITIONAL_SHARE_GRID = ("positional_share_percent", "all")
+
+
+def needle_grid_metrics(metric: str = NEEDLE_METRIC) -> tuple[tuple[str, str], ...]:
+    """The grids of a report: ``metric`` (``<table metric>:<variant>``, a one-line error otherwise) and the
+    positional share."""
+    from ..errors import BadInputError
+
+    name, _, variant = str(metric).partition(":")
+    if name not in metric_specs() or not variant:
+        raise BadInputError(f"needle grid metric {metric!r} is not <table metric>:<variant>",
+                            f"use e.g. {NEEDLE_METRIC} or pg:key (metrics: {', '.join(sorted(metric_specs()))})")
+    return tuple(dict.fromkeys(((name, variant), POSITIONAL_SHARE_GRID)))
+
+
+@dataclass
+class NeedleGrid:
+    """One table metric of one cell per (depth, length) bin: ``values`` / ``counts`` ``[len(depths), len(lengths)]``
+    (the metric's own function on the bin's samples, :meth:`~palrp_bench.metrics.table.MetricSamples.subset`; NaN
+    and 0 where the bin has no scored sample, e.g. no needle retrieved)."""
+
+    cell: dict
+    metric: str
+    variant: str
+    higher_is_better: bool | None
+    unit: str
+    lengths: list[int]
+    depths: list[float]
+    values: np.ndarray
+    counts: np.ndarray
+
+
+def needle_grids(results: pd.DataFrame, metric: str, variant: str) -> list[NeedleGrid]:
+    """The length x depth grids of ``metric`` / ``variant`` (:class:`NeedleGrid`), one per cell whose rows carry
+    ``length`` and ``depth`` (none for other results); the bins are the lengths and depths the samples of the cell's
+    (run, model, task) have under any method (a length at which no needle was retrieved has no scored sample and so
+    no column)."""
+    if not {"length", "depth"} <= set(results.columns):
+        return []
+    described = results.dropna(subset=["length", "depth"])
+    if described.empty:
+        return []
+    where = described.groupby("sample_id")[["length", "depth"]].first()  # the ids encode both: one value each
+    grids = []
+    for s in metric_samples(described):
+        if s.metric != metric or s.variant != variant:
+            continue
+        rows = described[(described["run"].astype(str) == s.cell["run"]) & (described["model"] == s.cell["model"])
+                         & (described["task"] == s.cell["task"])]
+        lengths = sorted(int(x) for x in rows["length"].unique())
+        depths = sorted(float(x) for x in rows["depth"].unique())
+        values = np.full((len(depths), len(lengths)), np.nan)
+        counts = np.zeros((len(depths), len(lengths)), dtype=int)
+        ids, _ = s.retained()
+        bins = where.loc[ids]
+        for (length, depth), members in bins.groupby(["length", "depth"]).groups.items():
+            part = s.subset(members)
+            i, j = depths.index(float(depth)), lengths.index(int(length))
+            values[i, j], counts[i, j] = part.value(), part.n
+        better = s.spec.higher_is_better
+        better = better.get(variant) if isinstance(better, dict) else better
+        grids.append(NeedleGrid(s.cell, metric, variant, better, s.spec.unit, lengths, depths, values, counts))
+    return grids
+
+
+def length_label(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def needle_scale(grids: list[NeedleGrid]):
+    """``(colour map, low, high)`` of one needle picture (:func:`needle_figure`; the HTML report colours its grid
+    tables the same way): 0-100 for a score in percent that stays in it, else the range of the panels' values; red
+    to green where higher is better, else viridis; grey for a bin without a value."""
+    plt = _mpl()
+    finite = np.concatenate([g.values[np.isfinite(g.values)] for g in grids] + [np.zeros(0)])
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if grids[0].higher_is_better is not None and grids[0].unit == "%" and 0.0 <= low and high <= 100.0:
+        low, high = 0.0, 100.0
+    if high == low:
+        low, high = low - 1.0, high + 1.0
+    cmap = plt.get_cmap("RdYlGn" if grids[0].higher_is_better else "viridis").with_extremes(bad="#d9d9d9")
+    return cmap, low, high
+
+
+def ink_on(rgba) -> str:
+    """``white`` or ``black``: the text colour readable on the background ``rgba``."""
+    r, g, b = rgba[:3]
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
+
+
+def bin_label(value: float) -> str:
+    """A bin's value as the needle pictures print it (``-``: none)."""
+    return "-" if not np.isfinite(value) else f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}"
+
+
+def needle_figure(grids: list[NeedleGrid], title: str):
+    """The needle-in-a-haystack picture of one (run, model, task, metric): one panel per method, lengths across,
+    depths down (0 % at the top: the needle first), each bin coloured by its value (one colour scale for every
+    panel: 0-100 for a score in percent that stays in it, else the values' range; red to green where higher is
+    better) and labelled with it and, below, its number of scored samples; a bin without one is grey and marked
+    "-"."""
+    plt = _mpl()
+    n = len(grids)
+    width = max(len(g.lengths) for g in grids)
+    fig, axes = plt.subplots(1, n, figsize=(1.2 + n * (1.0 + 0.65 * width), 4.2), squeeze=False)
+    cmap, low, high = needle_scale(grids)
+    image = None
+    for ax, g in zip(axes[0], grids):
+        image = ax.imshow(np.ma.masked_invalid(g.values), cmap=cmap, vmin=low, vmax=high, aspect="auto")
+        for i in range(len(g.depths)):
+            for j in range(len(g.lengths)):
+                v = g.values[i, j]
+                ink = ink_on(cmap(image.norm(v))) if np.isfinite(v) else "black"
+                ax.text(j, i, f"{bin_label(v)}\n(n={g.counts[i, j]})", ha="center", va="center", fontsize=6,
+                        color=ink)
+        ax.set_xticks(range(len(g.lengths)), [length_label(x) for x in g.lengths], fontsize=7)
+        ax.set_yticks(range(len(g.depths)), [f"{100 * d:g}%" for d in g.depths], fontsize=7)
+        ax.set_xlabel("input length (tokens)", fontsize=8)
+        ax.set_title(str(g.cell["method"]), fontsize=8)
+    axes[0][0].set_ylabel("needle depth (0% = first)", fontsize=8)
+    g = grids[0]
+    bar = fig.colorbar(image, ax=list(axes[0]), fraction=0.03)
+    bar.set_label(f"{g.metric}:{g.variant}", fontsize=8)
+    fig.suptitle(title, fontsize=8)
+    return fig
+
+
+def needle_grids_by_task(df: pd.DataFrame, which=None) -> list[tuple[tuple, str, str, list[NeedleGrid]]]:
+    """``((run, model, task), metric, variant, grids of its methods)`` for every grid of ``which`` (default
+    :func:`needle_grid_metrics`) the results have, methods sorted by name."""
+    which = needle_grid_metrics() if which is None else which
+    out = []
+    for metric, variant in which:
+        by_task: dict[tuple, list[NeedleGrid]] = {}
+        for g in needle_grids(df, metric, variant):
+            by_task.setdefault((g.cell["run"], g.cell["model"], g.cell["task"]), []).append(g)
+        for key, grids in sorted(by_task.items()):
+            out.append((key, metric, variant, sorted(grids, key=lambda g: str(g.cell["method"]))))
+    return out
+
+
+def plot_needle_grids(df: pd.DataFrame, out_dir: Path, which=None) -> list[Path]:
+    """Write one needle picture (:func:`needle_figure`) per (run, model, task) and ``(metric, variant)`` of
+    ``which`` (default :func:`needle_grid_metrics`) that the results have; returns the paths (none for results without
+    ``length`` and ``depth``)."""
+    plt = _mpl()
+    out_dir = Path(out_dir)
+    paths = []
+    for (run, model, task), metric, variant, grids in needle_grids_by_task(df, which):
+        fig = needle_figure(grids, f"{model} / {task}: {metric} ({variant}) by input length and needle depth")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"needle_{_slug(run, model, task, metric, variant)}.png"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        paths.append(path)
+    return paths
