@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from palrp_bench import catalog
 from palrp_bench.cli import check_overrides, defer_keys_of_swept_groups
 from palrp_bench.errors import BadInputError
 from runner.harness import NO_GPU, read_results, run_cli
@@ -65,9 +66,13 @@ def _one_line_error(done, code=2):
 
 def test_unknown_model_exits_2_with_one_line(tmp_path):
     line = _one_line_error(run_cli("model=tinylama", cwd=tmp_path))
-    assert line == ("palrp-bench: error: unknown model 'tinylama' -- did you mean tinyllama, tiny_llama_cls or "
-                    "tiny_llama_causal? every model: palrp-bench --help (your own checkpoint: model=hf "
-                    "model.source=<folder or hub id>)")
+    head = "palrp-bench: error: unknown model 'tinylama' -- did you mean "
+    tail = "? every model: palrp-bench --help (your own checkpoint: model=hf model.source=<folder or hub id>)"
+    assert line.startswith(head) and line.endswith(tail), line
+    first, _, rest = line[len(head):-len(tail)].partition(", ")
+    suggested = [first, *rest.split(" or ")]   # the closest names, the closest first
+    assert first == "tinyllama" and len(suggested) == 3 and all("llama" in name for name in suggested)
+    assert set(suggested) <= set(catalog.available("model"))
     assert not (tmp_path / "runs").exists()
     help_text = run_cli("--help", cwd=tmp_path).stdout  # where the error points: every model by name
     assert "tinyllama" in help_text and "tiny_llama_cls" in help_text and "deit_base" in help_text
