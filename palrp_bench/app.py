@@ -28,6 +28,7 @@ from .runner.merge import MergeOutcome, merge_run
 from .runner.plan import Cell, Job, plan_cells, plan_jobs
 from .runner.workers import run_jobs
 from .schema import Mode
+from .stages import describe_timings
 
 log = logging.getLogger("palrp_bench.runner")
 
@@ -250,6 +251,9 @@ def run(cfg: DictConfig, *, out=sys.stdout, on_start: Callable[[Path], None] | N
     metrics = metrics[[key in mine for key in zip(metrics["model"], metrics["task"], metrics["method"])]]
     summary = summary_text(metrics, float(cfg.report.confidence))
     print(summary, file=out)
+    for report in reports:  # where each job's time went (docs/rehearsal.md "Where a job's time goes")
+        if report.timings:
+            print(f"time of {report.job}: {describe_timings(report.timings)}", file=out)
     print(f"results: {merged.results_csv} ({merged.n_samples} samples, {merged.n_nonfinite} with non-finite "
           f"relevance); table numbers: {merged.metrics_csv} (and metrics.json); manifest: {merged.manifest}", file=out)
     if cfg.runner.html:

@@ -14,12 +14,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "palrp_bench"
 
 #: the foundation every layer may use
-BASE = {"errors", "rundir", "hub", "atomic_io", "protocol", "discovery", "numerics", "findings", "fingerprints"}
+BASE = {"errors", "rundir", "hub", "atomic_io", "protocol", "discovery", "numerics", "findings", "fingerprints",
+        "stages"}
 
 #: package (first component under palrp_bench) -> the packages it may import, besides itself and BASE
 ALLOWED = {
     "errors": set(), "rundir": set(), "hub": set(), "atomic_io": set(), "protocol": set(), "discovery": {"errors"},
-    "findings": set(), "fingerprints": {"hub"},
+    "findings": set(), "fingerprints": {"hub"}, "stages": set(),
     "numerics": {"protocol"},
     "lrp": set(),
     "methods": {"lrp"},

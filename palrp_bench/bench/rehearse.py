@@ -27,8 +27,9 @@ What it builds under ``--work`` (default ``rehearsal/``, never committed; reused
 Each target runs ``palrp-bench model=<m> task=<t> method=pa_lrp`` with ``task.selection=all`` (random weights
 answer nothing correctly under "first N correct"), ``runner.max_samples=--samples`` and ``runner.quiet=true`` in
 its own process, stopped with Ctrl-C semantics after ``--max-minutes``. Per target it reports the model load
-time, the data load time, the time per sample (explanation + perturbation / segmentation), the process's peak
-resident memory (the whole CLI child: its ``VmHWM``, polled), its wall and CPU time with the 5-minute load average (on a
+time, the data load time, the time per sample (explanation + perturbation / segmentation) and, after the first
+batch, how it splits into the stages a job records (``timings``: data wait, explain, forwards, metrics and write,
+the rest; palrp_bench/stages.py), the process's peak resident memory (the whole CLI child: its ``VmHWM``, polled), its wall and CPU time with the 5-minute load average (on a
 shared machine, wall time / CPU time shows how much of a core the run actually got), and on CUDA the peak device
 memory, and projects each table:
 for every cell of its experiment, load + (paper samples x time per sample), all methods assumed to cost what
@@ -48,6 +49,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..stages import steady_split
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1024 ** 3
@@ -436,6 +439,8 @@ class Measured:
     note: str = ""
     log: str = ""  # the CLI child's output
     run_dir: str = ""
+    #: the job's ``timings`` (runner/execute.py: load times, then the stages of its evaluation, palrp_bench/stages.py)
+    timings: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 
@@ -480,14 +485,32 @@ def _planned(overrides: list[str], run_dir: Path) -> tuple[float | None, float |
     return per_sample, budget.load_seconds
 
 
-def steady_rate(timing: dict, samples: int) -> tuple[float | None, int]:
-    """``(evaluation seconds per sample after the first batch, samples of that batch)`` from a job's ``timing``
-    (``runner/execute.py``: ``evaluate_s``, ``first_batch_s``, ``first_batch_samples``); ``(None, 0)`` when
-    nothing ran after the first batch."""
-    first = int(timing.get("first_batch_samples") or 0)
-    if not 0 < first < samples or timing.get("first_batch_s") is None or timing.get("evaluate_s") is None:
+def steady_rate(timings: dict) -> tuple[float | None, int]:
+    """``(evaluation seconds per sample after the first batch, samples of that batch)`` from a job's ``timings``
+    (``runner/execute.py``: ``total_s``, ``warmup_s``, ``warmup_samples``, ``samples``;
+    :func:`palrp_bench.stages.steady_split`); ``(None, 0)`` when nothing ran after the first batch."""
+    steady = steady_split(timings)
+    if steady is None:
         return None, 0
-    return (timing["evaluate_s"] - timing["first_batch_s"]) / (samples - first), first
+    return steady[1]["total"], int(timings.get("warmup_samples") or 0)
+
+
+def stage_split(timings: dict) -> str:
+    """Seconds per sample of each stage after the first batch (:func:`palrp_bench.stages.steady_split`), compactly:
+    ``data 1.0 ms / explain 40 ms / forwards 96 ms / metrics+write 2.0 ms / other 1.0 ms``; ``-`` when nothing ran
+    after the first batch."""
+    steady = steady_split(timings)
+    if steady is None:
+        return "-"
+    split = steady[1]
+    parts = (("data", split["data_wait"]), ("explain", split["explain"]), ("forwards", split["forwards"]),
+             ("metrics+write", split["metrics"] + split["write"]), ("other", split["other"]))
+    return " / ".join(f"{name} {_short(seconds)}" for name, seconds in parts)
+
+
+def _short(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else (f"{seconds * 1e3:.0f} ms" if seconds >= 0.01
+                                                     else f"{seconds * 1e3:.1f} ms")
 
 
 def run_target(target: Target, args, work: Path, out: Path | None = None) -> Measured:
@@ -537,12 +560,12 @@ def run_target(target: Target, args, work: Path, out: Path | None = None) -> Mea
                  planned_load_s=planned[1], log=str(log_path), run_dir=str(run_dir))
     if statuses:
         status = statuses[0]
-        timing = status.get("timing", {})
+        timings = m.timings = status.get("timings", {})
         m.samples = int(status.get("n_computed", 0))
-        m.load_model_s, m.load_data_s = timing.get("load_model_s"), timing.get("load_data_s")
-        if m.samples and timing.get("evaluate_s") is not None:
-            m.per_sample_s = timing["evaluate_s"] / m.samples
-            m.steady_sample_s, m.warmup_samples = steady_rate(timing, m.samples)
+        m.load_model_s, m.load_data_s = timings.get("load_model_s"), timings.get("load_data_s")
+        if m.samples and timings.get("total_s") is not None:
+            m.per_sample_s = timings["total_s"] / m.samples
+            m.steady_sample_s, m.warmup_samples = steady_rate(timings)
         if status.get("peak_device_bytes"):
             m.peak_device_gib = status["peak_device_bytes"] / GIB
     if rc != 0 and not stopped:
@@ -609,15 +632,16 @@ def as_data(results: list[Measured], targets: dict[str, Target], args) -> dict:
 
 def report(results: list[Measured], targets: dict[str, Target], args) -> str:
     lines = [f"| target | status | samples | model load (plan) | data load | time / sample (plan) | measured / plan | "
-             f"peak RSS | peak {args.device} memory | wall / CPU time of the process | load avg | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"after the first batch, per sample | peak RSS | peak {args.device} memory | "
+             "wall / CPU time of the process | load avg | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in results:
         ratio = (f"{m.per_sample_s / m.planned_sample_s:.2f}"
                  if m.per_sample_s is not None and m.planned_sample_s else "-")
         lines.append(f"| {m.target} | {m.status} | {m.samples} | {_fmt(m.load_model_s, '.0f', ' s')} "
                      f"({_fmt(m.planned_load_s, '.0f', ' s')}) | {_fmt(m.load_data_s, '.0f', ' s')} | "
                      f"{_fmt(m.per_sample_s, '.1f', ' s')} ({_fmt(m.planned_sample_s, '.1f', ' s')}) | {ratio} | "
-                     f"{_fmt(m.peak_rss_gib, '.1f', ' GiB')} | {_fmt(m.peak_device_gib, '.1f', ' GiB')} | "
+                     f"{stage_split(m.timings)} | {_fmt(m.peak_rss_gib, '.1f', ' GiB')} | {_fmt(m.peak_device_gib, '.1f', ' GiB')} | "
                      f"{m.wall_s:.0f} s / {m.cpu_s:.0f} s | {m.load_avg:.1f} | {m.note} |")
     lines += ["", "| table | cells measured | projected total (load + paper samples x time / sample, all cells) |",
               "|---|---|---|"]

@@ -33,7 +33,9 @@ estimates the time on an idle machine (how the shipped CPU constants were measur
 the batch size it was measured at, to the user's cache file (:func:`palrp_bench.planning.cost.user_cost_path`,
 ``~/.cache/palrp-bench/cost.json`` by default) under this device kind (with a GPU's memory, so that
 ``runner.plan_device`` can price it from elsewhere), next to the raw measurements; other device kinds and
-profiles in the file are kept. Later plans on this machine use them.
+profiles in the file are kept. Later plans on this machine use them. The batched timing is also split by stage
+as a job's ``timings`` split it (:mod:`palrp_bench.stages`: data wait, explanations, forwards, metrics; nothing is
+written), printed per model and kept in the measurements (``stages``).
 """
 from __future__ import annotations
 
@@ -43,13 +45,13 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..atomic_io import write_json_atomic
 from ..errors import BadInputError
-from ..numerics import tf32_mode
-from ..numerics import device_kind
+from ..numerics import device_kind, tf32_mode
+from ..stages import STAGES, StageClock, measuring
 from .cost import (GIGA, Architecture, CostConstants, Work, architecture_of, batch_seconds, estimate,
                    load_constants, profile_key, sample_work, work_units)
 from ..runner.plan import Cell
@@ -97,6 +99,9 @@ class Measurement:
     alone_seconds: float | None = None
     alone_cpu: float | None = None
     alone_units: float | None = None
+    #: seconds per sample of the batched timing in each stage of a job's evaluation (``<stage>_s``,
+    #: :mod:`palrp_bench.stages`: what a job's ``timings`` records)
+    stages: dict = field(default_factory=dict)
 
 
 def _batch_work(cell: Cell, arch: Architecture, batch: list, constants: CostConstants) -> list[Work | None]:
@@ -140,29 +145,33 @@ def default_samples(batch_size: int) -> int:
     return 3 if batch_size <= 1 else batch_size + 2
 
 
-def _timed_batches(adapter, bundle, ctx, metrics, samples: list, sizer) -> tuple[list[list], float, float]:
+def _timed_batches(adapter, bundle, ctx, metrics, samples: list, sizer
+                   ) -> tuple[list[list], float, float, dict[str, float]]:
     """Evaluate ``samples`` in batches of ``sizer.size`` as a job does (longest first, halved on out-of-memory
-    under ``auto``: the timing restarts at the smaller size); the batches and their wall and CPU seconds."""
+    under ``auto``: the timing restarts at the smaller size); the batches, their wall and CPU seconds and the
+    seconds of each stage of the job's evaluation (:mod:`palrp_bench.stages`, as a job's ``timings`` has them)."""
     from ..runner.batching import length_sorted
 
     ordered = length_sorted(samples, adapter)
     while True:
         batches: list[list] = []
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = StageClock(ctx.device)
+        t0, c0 = clock.now(), time.process_time()
         try:
-            start = 0
-            while start < len(ordered):
-                batch = ordered[start:start + sizer.size]
-                adapter.evaluate(bundle, list(batch), ctx, metrics)
-                if len(batch) == sizer.size:
-                    sizer.worked()  # only a full batch shows the size fits
-                batches.append(batch)
-                start += len(batch)
+            with measuring(clock):
+                start = 0
+                while start < len(ordered):
+                    batch = ordered[start:start + sizer.size]
+                    adapter.evaluate(bundle, list(batch), ctx, metrics)
+                    if len(batch) == sizer.size:
+                        sizer.worked()  # only a full batch shows the size fits
+                    batches.append(batch)
+                    start += len(batch)
         except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
             if sizer.shrink(err):
                 continue
             raise
-        return batches, time.perf_counter() - t0, time.process_time() - c0
+        return batches, clock.now() - t0, time.process_time() - c0, dict(clock.seconds)
 
 
 def measure_cell(cell: Cell, device: str, n_samples: int | None, constants: CostConstants,
@@ -210,7 +219,7 @@ def measure_cell(cell: Cell, device: str, n_samples: int | None, constants: Cost
             alone, alone_cpu = time.perf_counter() - t0, time.process_time() - c0
             alone_units = _units(cell, arch, [timed[:1]], constants)[0]
             timed = timed[1:]
-        batches, wall, cpu = _timed_batches(adapter, bundle, ctx, metrics, timed, sizer)
+        batches, wall, cpu, stages = _timed_batches(adapter, bundle, ctx, metrics, timed, sizer)
     total_units, explanations = _units(cell, arch, batches, constants)
     units = total_units / len(timed)
     kind = device_kind(device, cpu_detail=True)
@@ -227,7 +236,8 @@ def measure_cell(cell: Cell, device: str, n_samples: int | None, constants: Cost
     return Measurement(cell.model.name, cell.task.name, cell.method, profile_key(cell.model, arch), arch.params,
                        load_seconds, load_cpu, first, wall / len(timed), cpu / len(timed),
                        int(torch.get_num_threads()), len(timed), explanations, units, predicted, peak, estimated_peak,
-                       sizer.size, len(batches), alone, alone_cpu, alone_units)
+                       sizer.size, len(batches), alone, alone_cpu, alone_units,
+                       {f"{name}_s": value / len(timed) for name, value in stages.items()})
 
 
 def _process_clock() -> bool:
@@ -370,6 +380,9 @@ def calibrate(cells: list[Cell], devices: tuple[str, ...], runner, *, out=sys.st
         print(f"{m.model:<20} {m.task:<16} {format_seconds(m.load_seconds):>8} {format_seconds(m.first_seconds):>8} "
               f"{alone:>8} {m.batch_size:>5} {m.per_sample:>10.3f}s {m.per_sample_cpu / max(m.threads, 1):>10.3f}s "
               f"{('?' if m.predicted is None else f'{m.predicted:.3f}s'):>10}", file=out)
+    for m in measurements:  # where the batched timing's time went, as a job's timings split it
+        split = ", ".join(f"{name.replace('_', ' ')} {m.stages.get(f'{name}_s', 0.0):.3f}s" for name in STAGES)
+        print(f"{m.model:<20} per sample: {split}", file=out)
     for key, values in profiles.items():
         s = values["seconds_per_unit"]
         print(f"profile {key}: seconds_per_unit={'?' if s is None else f'{s:.4g}'} "

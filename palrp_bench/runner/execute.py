@@ -8,11 +8,11 @@ only what is missing.
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
 cost: counts, the samples the task's loader or adapter dropped at load by reason (``dropped``: the evidence tasks,
 docs/evidence.md), the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
-the explanations use (``stabilizers``, :func:`check_stabilizers_used`), the ``embeddings`` switch where it
-applies (checked against the cell's record, :func:`check_embeddings_used`), ``timing`` (``load_model_s``,
-``load_data_s``, ``selection_s``, ``evaluate_s``, and ``first_batch_s`` / ``first_batch_samples``: the part of
-``evaluate_s`` the first batch took, warm-up included, so that the rest is a steady-state rate),
-``peak_device_bytes`` (CUDA only) and ``numerics``: the device
+the explanations use (``stabilizers``, :func:`check_stabilizers_used`), the ``embeddings`` switch where it applies
+(checked against the cell's record, :func:`check_embeddings_used`), ``timings``: ``load_model_s``, ``load_data_s``, ``selection_s`` before the
+evaluation, then where the evaluation's time went (:func:`job_timings`: the stages of :mod:`palrp_bench.stages`
+after the first batch, ``warmup_s`` / ``warmup_samples`` of the first batch, ``total_s``, ``samples``; also in
+the job's log line and the end-of-run summary), ``peak_device_bytes`` (CUDA only) and ``numerics``: the device
 kind and the TF32 flags the job computed with (the cell's ``tf32`` switch, applied for the whole job by
 :func:`palrp_bench.numerics.tf32_mode`).
 """
@@ -34,6 +34,7 @@ from ..data.registry import sample_ids_of
 from ..errors import BadInputError
 from ..evaluation.tasks import task_adapter
 from ..numerics import device_kind, tf32_mode
+from ..stages import StageClock, describe_timings, measuring, stage
 from .batching import BatchSizer, length_sorted
 from .bundles import BundleCache
 from .plan import Cell, Job
@@ -59,6 +60,8 @@ class JobReport:
     seconds: float = 0.0
     batch_size: int | None = None
     error: str | None = None
+    #: the job's ``timings`` (module docstring), None until it ran
+    timings: dict | None = None
 
 
 def check_cell_record(cell: Cell, run_dir: Path) -> bool:
@@ -203,6 +206,71 @@ def seed_everything(seed: int) -> None:
         sys.modules["torch"].manual_seed(seed)
 
 
+def _evaluate(job: Job, run_dir: Path, selected, todo: dict[tuple[str, ...], list[int]], adapter, bundle, ctx, cache,
+              sizer: BatchSizer, status: dict, report: JobReport, progress) -> None:
+    """The job's evaluation loop: the samples at ``todo``'s positions of ``selected`` evaluated batch by batch, their
+    records appended to the store; the wall time of each stage (:mod:`palrp_bench.stages`) goes to
+    ``status["timings"]``, also when the job fails."""
+    ids = sample_ids_of(selected)
+    order = {sid: i for i, sid in enumerate(ids)}
+    clock = StageClock(ctx.device)
+    start = clock.now()
+    warm: tuple[float, int, dict[str, float]] | None = None  # the first batch: seconds, samples, stages so far
+    failed = True
+    try:
+        with ShardStore(job.store_path(run_dir)) as store, measuring(clock):
+            for metrics, positions in todo.items():
+                with stage("data_wait"):
+                    ordered = length_sorted([selected[i] for i in positions], adapter)
+                begin = 0
+                while begin < len(ordered):
+                    batch = ordered[begin:begin + sizer.size]
+                    try:
+                        results = adapter.evaluate(bundle, list(batch), ctx, metrics)
+                    except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
+                        if sizer.shrink(err):
+                            continue
+                        raise
+                    sizer.worked()
+                    begin += len(batch)
+                    if [r.sample_id for r in results] != [s.sample_id for s in batch]:
+                        raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
+                                           "of order or incomplete")  # a programming error, not a user one
+                    with stage("write"):
+                        for result in results:
+                            if cache is not None and result.explanation is not None:
+                                cache.save(result.sample_id, result.explanation)
+                            store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
+                                                       result.info, metrics))
+                    for result in results:
+                        report.n_computed += 1
+                        report.n_nonfinite += int(result.nonfinite)
+                        if result.nonfinite:
+                            log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
+                                        job.name, result.sample_id)
+                    progress.update(len(results))
+                    if warm is None:  # warm-up (kernels, allocator, autotuning, batch size search) is in it
+                        warm = (clock.now() - start, len(batch), dict(clock.seconds))
+        failed = False
+    finally:
+        status["timings"].update(job_timings(clock, clock.now() - start, report.n_computed, warm))
+        if failed:
+            status["timings"]["failed"] = True
+
+
+def job_timings(clock: StageClock, total: float, samples: int,
+                warm: tuple[float, int, dict[str, float]] | None) -> dict:
+    """A job's ``timings`` of its evaluation: every stage's seconds after the first batch (``<stage>_s``), the
+    first batch's seconds and samples (``warmup_s``, ``warmup_samples``: CUDA context, kernel loading and autotuning,
+    compilation, the allocator's growth, the batch size search), the evaluation's wall time ``total_s`` and the
+    samples it computed; the stages and the warm-up add up to at most ``total_s`` (the rest is the loop's own
+    work: progress, bookkeeping)."""
+    before = warm[2] if warm is not None else dict.fromkeys(clock.seconds, 0.0)
+    stages = {f"{name}_s": round(max(0.0, seconds - before[name]), 3) for name, seconds in clock.seconds.items()}
+    return {**stages, "warmup_s": round(warm[0], 3) if warm else 0.0, "warmup_samples": warm[1] if warm else 0,
+            "total_s": round(total, 3), "samples": int(samples)}
+
+
 def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet: bool = False,
             log_every: int = 50, progress: RunProgress | None = None) -> JobReport:
     """Execute one job; returns what it did. User errors propagate as :class:`~palrp_bench.errors.PalrpError`
@@ -224,10 +292,10 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         seed_everything(job.cell.seed)
         cell_dir = job.cell.directory(run_dir)
         adapter = task_adapter(job.cell.task.kind)
-        timing = status["timing"] = {}
+        timings = status["timings"] = {}
         mark = time.monotonic()
         bundle = bundles.get(job.cell.model, device)
-        timing["load_model_s"] = round(time.monotonic() - mark, 3)  # 0 when the worker had it loaded already
+        timings["load_model_s"] = round(time.monotonic() - mark, 3)  # 0 when the worker had it loaded already
         cache = ExplanationCache(cell_dir) if job.cache_explanations else None
         ctx = job.cell.context(device, cache, job.forward_batch_size, job.checkpoint)
         status["checkpoint"] = job.checkpoint
@@ -237,7 +305,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         check_embeddings_used(job, status["embeddings"])
         mark = time.monotonic()
         pool = adapter.load_samples(job.cell.task, bundle)
-        timing["load_data_s"] = round(time.monotonic() - mark, 3)
+        timings["load_data_s"] = round(time.monotonic() - mark, 3)
         dropped = getattr(pool, "dropped", None)  # samples a loader or adapter removed at load, by reason
         if dropped is not None:  # recorded even when none was dropped: a count, never silence
             status["dropped"] = {str(k): int(v) for k, v in sorted(dropped.items())}
@@ -247,19 +315,18 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         selected, selection = select_samples(pool, job.cell, adapter, bundle, ctx, run_dir, job.max_samples,
                                              quiet=quiet)
         status["selection"] = asdict(selection)
-        timing["selection_s"] = selection.seconds
+        timings["selection_s"] = selection.seconds
         write_json_atomic(status_path, status)  # what loading cost survives a kill during the evaluation
-        # by id first: a lazy pool (TextPool) tokenises only the samples this shard still has to compute
+        # by position and id first: a lazy pool (TextPool) tokenises only the samples this shard still has to compute
         ids = sample_ids_of(selected)
-        order = {sid: i for i, sid in enumerate(ids)}
         mine = [i for i, sid in enumerate(ids) if shard_of(sid, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)
         wanted = set(job.cell.metrics)
-        todo: dict[tuple[str, ...], list] = {}  # missing metrics -> samples (dataset order)
+        todo: dict[tuple[str, ...], list[int]] = {}  # missing metrics -> positions in `selected` (dataset order)
         for i in mine:
             missing = tuple(sorted(wanted - done.get(ids[i], set())))
             if missing:
-                todo.setdefault(missing, []).append(selected[i])
+                todo.setdefault(missing, []).append(i)
         n_todo = sum(len(v) for v in todo.values())
         report.n_selected, report.n_shard = len(selected), len(mine)
         report.n_skipped = len(mine) - n_todo
@@ -270,47 +337,17 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         if own_progress:
             progress = RunProgress(1, quiet, log_every)
         progress.start_job(job.name, n_todo)
-        mark = time.monotonic()
         _reset_peak_memory(device)
         sizer = BatchSizer(job.batch_size, device, job.cell)
         try:
-            with ShardStore(job.store_path(run_dir)) as store:
-                for metrics, samples in todo.items():
-                    ordered = length_sorted(samples, adapter)
-                    start = 0
-                    while start < len(ordered):
-                        batch = ordered[start:start + sizer.size]
-                        try:
-                            results = adapter.evaluate(bundle, list(batch), ctx, metrics)
-                        except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
-                            if sizer.shrink(err):
-                                continue
-                            raise
-                        sizer.worked()
-                        start += len(batch)
-                        if "first_batch_s" not in timing:  # warm-up (kernels, allocator, autotuning) is in it
-                            timing["first_batch_s"] = round(time.monotonic() - mark, 3)
-                            timing["first_batch_samples"] = len(batch)
-                        if [r.sample_id for r in results] != [s.sample_id for s in batch]:
-                            raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
-                                               "of order or incomplete")  # a programming error, not a user one
-                        for result in results:
-                            if cache is not None and result.explanation is not None:
-                                cache.save(result.sample_id, result.explanation)
-                            store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
-                                                       result.info, metrics))
-                            report.n_computed += 1
-                            report.n_nonfinite += int(result.nonfinite)
-                            if result.nonfinite:
-                                log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
-                                            job.name, result.sample_id)
-                        progress.update(len(results))
-                        timing["evaluate_s"] = round(time.monotonic() - mark, 3)
+            _evaluate(job, run_dir, selected, todo, adapter, bundle, ctx, cache, sizer, status, report, progress)
             report.batch_size = sizer.size
         finally:
             if own_progress:
                 progress.close()
             status["peak_device_bytes"] = _peak_memory(device)
+        report.timings = timings
+        log.info("%s: %s", job.name, describe_timings(timings))
         report.status = "done"
     except BaseException as err:
         report.status = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"

@@ -39,12 +39,16 @@ def test_arc_and_wikipedia_in_the_hub_layout_read_by_the_real_loaders(tokenizer,
     assert len(wiki) == 200 and sum(s.meta["truncated"] for s in wiki) > 100
 
 
-def test_the_steady_rate_leaves_the_first_batch_out():
-    """Seconds per sample after the first batch (warm-up), from a job's timing (runner/execute.py)."""
-    timing = {"evaluate_s": 10.0, "first_batch_s": 4.0, "first_batch_samples": 16}
-    assert rehearse.steady_rate(timing, 64) == (6.0 / 48, 16)
-    assert rehearse.steady_rate(timing, 16) == (None, 0)  # one batch: nothing after the warm-up
-    assert rehearse.steady_rate({"evaluate_s": 10.0}, 64) == (None, 0)  # a run from before the field existed
+def test_the_steady_rate_and_its_stages_leave_the_first_batch_out():
+    """Seconds per sample after the first batch (warm-up) and its split by stage, from a job's timings
+    (runner/execute.py)."""
+    timings = {"data_wait_s": 0.48, "explain_s": 2.4, "forwards_s": 2.4, "metrics_s": 0.24, "write_s": 0.0,
+               "warmup_s": 4.0, "warmup_samples": 16, "total_s": 10.0, "samples": 64}
+    assert rehearse.steady_rate(timings) == (6.0 / 48, 16)
+    assert rehearse.stage_split(timings) == "data 10 ms / explain 50 ms / forwards 50 ms / metrics+write 5.0 ms / " \
+                                            "other 10 ms"
+    assert rehearse.steady_rate(dict(timings, samples=16)) == (None, 0)  # one batch: nothing after the warm-up
+    assert rehearse.steady_rate({}) == (None, 0) and rehearse.stage_split({}) == "-"  # a run that stored nothing
 
 
 def test_projection_is_load_plus_paper_samples_times_time_per_sample():

@@ -42,6 +42,12 @@ def test_calibrate_writes_the_user_cache_only_and_plans_use_it(tmp_path, monkeyp
     # the run's batch size (runner.batch_size=8): a warm-up, one sample alone, one full batch
     assert (measurement["batch_size"], measurement["n_timed"], measurement["n_batches"]) == (8, 8, 1)
     assert measurement["alone_seconds"] > 0 and entry["profiles"]["decoder/float32/none"]["batch_size"] == 8
+    # the batched timing split as a job's timings split it: explanations and forwards took time, no stage exceeds it
+    stages = measurement["stages"]
+    assert set(stages) == {"data_wait_s", "explain_s", "forwards_s", "metrics_s", "write_s"}
+    assert stages["explain_s"] > 0 and stages["forwards_s"] > 0
+    assert 0 <= sum(stages.values()) <= measurement["per_sample"] * (1 + 1e-6)
+    assert "per sample: data wait" in printed.getvalue()
     assert "tiny_llama_cls" in printed.getvalue() and str(path) in printed.getvalue()
     profile = load_constants().profile(device_kind("cpu", cpu_detail=True), "decoder/float32/none")
     assert profile.origin.startswith("calibrated") and str(path) in profile.origin

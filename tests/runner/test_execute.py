@@ -121,10 +121,10 @@ def test_run_dir_records(tmp_path):
     assert cell["key"] == "selftest/selftest/attnlrp" and cell["settings"]["protocol"] == "official"
     status = json.loads((tmp_path / "cells/selftest/selftest/attnlrp/shard-000-of-001.status.json").read_text())
     assert status["status"] == "done" and status["n_computed"] == 4 and status["device"] == "cpu"
-    assert set(status["timing"]) == {"load_model_s", "load_data_s", "selection_s", "evaluate_s", "first_batch_s",
-                                     "first_batch_samples"}
-    assert status["timing"]["first_batch_samples"] == 4 and status["timing"]["first_batch_s"] <= status["timing"][
-        "evaluate_s"]
+    timings = status["timings"]
+    assert set(timings) == {"load_model_s", "load_data_s", "selection_s", "data_wait_s", "explain_s", "forwards_s",
+                            "metrics_s", "write_s", "warmup_s", "warmup_samples", "total_s", "samples"}
+    assert timings["warmup_samples"] == 4 and timings["samples"] == 4 and timings["warmup_s"] <= timings["total_s"]
     assert status["batch_size"] == CPU_AUTO_BATCH_SIZE and status["peak_device_bytes"] is None
     assert len(list((tmp_path / "cells/selftest/selftest/attnlrp/explanations").glob("*.npz"))) == 4
 

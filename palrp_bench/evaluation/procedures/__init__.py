@@ -8,7 +8,9 @@ plan (:mod:`palrp_bench.runner.plan`), the cost model (:mod:`palrp_bench.plannin
 The loop: the adapter explains a batch (:meth:`palrp_bench.evaluation.tasks.base.TaskAdapter.explain`, one or more
 :class:`~palrp_bench.evaluation.explained.ExplainedBatch`), each of the cell's procedures appends its rows to the
 samples with finite relevance, in the cell's metric order, then each sample gets its ``correct`` row when it has
-one; a sample whose relevance is NaN or infinite gets one row ``nonfinite_relevance = 1`` instead.
+one; a sample whose relevance is NaN or infinite gets one row ``nonfinite_relevance = 1`` instead. The loop charges
+the adapter's work to the stage ``explain`` and a procedure's to ``metrics``, where each procedure marks its own model
+forwards as ``forwards`` (and its explanations as ``explain``; :mod:`palrp_bench.stages`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Callable
 
 from ...discovery import Registry
 from ...rundir import CORRECT_METRIC, NO_VARIANT, SCALAR
+from ...stages import stage
 from ..explained import ExplainedBatch, SampleResult, SampleShape, nonfinite_result
 
 __all__ = ["Procedure", "PROCEDURES", "register_procedure", "procedure", "applies", "evaluate_batch",
@@ -84,19 +87,26 @@ def evaluate_batch(adapter, bundle, samples: list, ctx, metrics) -> list[SampleR
     chosen = [procedure(name) for name in cell_order + [m for m in metrics if m not in cell_order]]
     needs = frozenset().union(*(p.needs for p in chosen))
     results: dict[int, SampleResult] = {}
-    for batch in adapter.explain(bundle, samples, ctx, needs):
+    batches = iter(adapter.explain(bundle, samples, ctx, needs))
+    while True:
+        with stage("explain"):
+            batch = next(batches, None)
+        if batch is None:
+            break
         ok = batch.ok
         batch.rows = {j: [] for j in ok}
         if ok:
             for p in chosen:
-                p.run(batch, ctx)
-        for j, index in enumerate(batch.indices):
-            sample_id = batch.samples[j].sample_id
-            if j not in batch.rows:
-                results[index] = nonfinite_result(sample_id, batch.infos[j])
-                continue
-            rows = batch.rows[j]
-            if batch.correct[j] is not None:
-                rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(batch.correct[j])))
-            results[index] = SampleResult(sample_id, rows, batch.infos[j], batch.arrays[j])
+                with stage("metrics"):  # a procedure marks its forwards (and explanations) inside
+                    p.run(batch, ctx)
+        with stage("metrics"):
+            for j, index in enumerate(batch.indices):
+                sample_id = batch.samples[j].sample_id
+                if j not in batch.rows:
+                    results[index] = nonfinite_result(sample_id, batch.infos[j])
+                    continue
+                rows = batch.rows[j]
+                if batch.correct[j] is not None:
+                    rows.append((CORRECT_METRIC, NO_VARIANT, SCALAR, float(batch.correct[j])))
+                results[index] = SampleResult(sample_id, rows, batch.infos[j], batch.arrays[j])
     return [results[i] for i in range(len(samples))]

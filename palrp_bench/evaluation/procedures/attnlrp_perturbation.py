@@ -40,6 +40,7 @@ import torch
 from ...errors import BadInputError, is_out_of_memory
 from ...metrics.delta_a import PROCESSES, curve_area
 from ...rundir import SCALAR
+from ...stages import stage
 from ..explained import PixelBatch, Seq2SeqBatch
 from . import register_procedure
 from .nlp_perturbation import TextReadout, check_right_padded
@@ -307,19 +308,21 @@ def run_attnlrp_perturbation(batch, ctx) -> None:
     ok, model = batch.ok, batch.model
     steps, rows = ctx.task.perturbation_steps, ctx.forward_batch_size
     targets = [batch.explained[j] for j in ok]
-    if isinstance(batch, PixelBatch):
-        process = VISION_PROCESS
-        pixels = resolve_normalization(model)(batch.images[ok]).to(batch.bundle.device)
-        curves = pixel_logit_curves(model, pixels, batch.scores_signed[ok].to(batch.bundle.device), targets,
-                                    process=process, max_steps=steps, batch_size=rows)
-    elif isinstance(batch, Seq2SeqBatch):
-        process = TEXT_PROCESS
-        curves = seq2seq_token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok], batch.context[ok],
-                                            batch.scores[ok], targets, batch.decoder_input_ids[ok], process=process,
-                                            max_steps=steps, batch_size=rows)
-    else:
-        process = TEXT_PROCESS
-        curves = token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok], batch.scores[ok], targets,
-                                    process=process, max_steps=steps, batch_size=rows)
+    with stage("forwards"):
+        if isinstance(batch, PixelBatch):
+            process = VISION_PROCESS
+            pixels = resolve_normalization(model)(batch.images[ok]).to(batch.bundle.device)
+            curves = pixel_logit_curves(model, pixels, batch.scores_signed[ok].to(batch.bundle.device), targets,
+                                        process=process, max_steps=steps, batch_size=rows)
+        elif isinstance(batch, Seq2SeqBatch):
+            process = TEXT_PROCESS
+            curves = seq2seq_token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok],
+                                                batch.context[ok], batch.scores[ok], targets,
+                                                batch.decoder_input_ids[ok], process=process, max_steps=steps,
+                                                batch_size=rows)
+        else:
+            process = TEXT_PROCESS
+            curves = token_logit_curves(model, batch.input_ids[ok], batch.attention_mask[ok], batch.scores[ok],
+                                        targets, process=process, max_steps=steps, batch_size=rows)
     for k, j in enumerate(ok):
         batch.rows[j] += area_rows(curves[k], process)

@@ -19,6 +19,7 @@ import torch
 from ...errors import BadInputError, is_out_of_memory
 from ...metrics.sensitivity import map_sensitivity
 from ...rundir import MAP_SENSITIVITY_METRIC, NO_VARIANT, SCALAR
+from ...stages import stage
 from ..explained import ExplainedBatch
 from . import register_procedure
 
@@ -69,7 +70,8 @@ def float64_model(bundle) -> torch.nn.Module:
 def sensitivity_rows(maps, explain64: Callable[[torch.nn.Module], torch.Tensor], bundle) -> list[list[tuple]]:
     """One ``map_sensitivity`` row per sample: ``maps`` ``[B, ...]`` the run's maps, ``explain64(model)`` the same
     samples' maps from the float64 copy of ``bundle.model`` (:func:`float64_model`)."""
-    maps64 = explain64(float64_model(bundle))
+    with stage("explain"):
+        maps64 = explain64(float64_model(bundle))
     return [[(MAP_SENSITIVITY_METRIC, NO_VARIANT, SCALAR, float(v))] for v in map_sensitivity(maps, maps64)]
 
 

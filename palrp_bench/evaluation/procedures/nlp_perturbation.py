@@ -69,6 +69,7 @@ from tqdm.auto import tqdm
 from ...errors import BadInputError, UnsupportedModelError
 from ...metrics.auc import NLP_FRACTIONS
 from ...protocol import check_protocol
+from ...stages import stage
 from ..explained import TokenBatch
 from . import register_procedure
 
@@ -598,7 +599,8 @@ def run_nlp_perturbation(batch: TokenBatch, ctx) -> None:
         kwargs["labels"] = [batch.labels[j] for j in ok]
     else:
         kwargs["causal"] = batch.causal
-    curves = nlp_perturbation_curves(batch.model, batch.input_ids[ok], batch.scores[ok], **kwargs)
+    with stage("forwards"):
+        curves = nlp_perturbation_curves(batch.model, batch.input_ids[ok], batch.scores[ok], **kwargs)
     for k, j in enumerate(ok):
         for variant in ("generation", "pruning"):
             for metric in ("ac", "mse"):

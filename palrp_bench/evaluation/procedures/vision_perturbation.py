@@ -38,6 +38,7 @@ from ...metrics.maps import as_map_batch
 from ...metrics.perturbation import VISION_FRACTIONS, perturbation_masks, resolve_tie_break, tied_pixel_share
 from ...numerics import device_kind
 from ...rundir import SCALAR
+from ...stages import stage
 from ..explained import PixelBatch
 from . import register_procedure
 
@@ -267,11 +268,13 @@ def run_vision_perturbation(batch: PixelBatch, ctx) -> None:
             batch.rows[i].append(("tied_pixel_share", kind, SCALAR, float(share[k])))
     images = batch.images[ok]
     for positive, variant in ((True, "positive"), (False, "negative")):
-        agree = vision_perturbation_curves(model, images, maps["predicted"], None, positive, **ties)
+        with stage("forwards"):
+            agree = vision_perturbation_curves(model, images, maps["predicted"], None, positive, **ties)
         for k, i in enumerate(ok):
             batch.rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
         if with_target:
-            acc = vision_perturbation_curves(model, images, maps["target"], torch.tensor([batch.labels[i] for i in ok]),
-                                             positive, **ties)
+            with stage("forwards"):
+                acc = vision_perturbation_curves(model, images, maps["target"],
+                                                 torch.tensor([batch.labels[i] for i in ok]), positive, **ties)
             for k, i in enumerate(ok):
                 batch.rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]

@@ -30,6 +30,7 @@ import torch
 
 from ...data.base import TextSample
 from ...data.text_common import real_token_count
+from ...stages import stage
 from ..explained import SampleShape, TokenBatch
 from .base import JobContext, TaskAdapter, dataset_tokens, explorer_arrays, pad_id
 
@@ -132,7 +133,8 @@ class TextAdapter(TaskAdapter):
         protocol perturbs them (right-padded), their scores and the perturbation rules of the kind."""
         for group in self._groups(samples):
             batch = [samples[i] for i in group]
-            ids, mask = _batch(batch, pad_id(bundle))
+            with stage("data_wait"):
+                ids, mask = _batch(batch, pad_id(bundle))
             scores, infos, arrays = self._explained(bundle, batch, ids, mask, ctx)
             explained = [info["explained"] for info in infos]
             classifier = self.perturbation_task == "imdb"

@@ -22,6 +22,7 @@ import torch
 
 from ...data.base import ImageSample
 from ...data.registry import dataset_spec, load_dataset, sample_ids_of
+from ...stages import stage
 from ..explained import PixelBatch, SampleShape
 from .base import JobContext, TaskAdapter, explorer_arrays
 
@@ -133,8 +134,9 @@ class VisionAdapter(TaskAdapter):
         """The batch's images and their explanations (:meth:`_explained`): the labelled class's maps where
         ``needs`` asks for ``scores_target`` and every sample is labelled, the signed map where it asks for
         ``scores_signed``."""
-        samples = [s.load() for s in samples]
-        images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
+        with stage("data_wait"):
+            samples = [s.load() for s in samples]
+            images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
         labels = [s.label for s in samples]
         with_target = "scores_target" in needs and all(label is not None for label in labels)
         ex, arrays = self._explained(bundle, samples, images, ctx, with_target, "scores_signed" in needs)
