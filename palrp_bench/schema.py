@@ -229,6 +229,10 @@ class RunnerConfig:
     batch_size: Any = 8
     #: perturbed sequences / images per forward in the perturbation procedures (memory knob)
     forward_batch_size: int = 64
+    #: processes that read, decode, resize and tokenise the samples ahead of the device: ``auto`` (from the cores: on
+    #: a GPU min(8, cores - 1), on the CPU min(2, cores / 2)), 0 (in the job's process) or a number; never changes a
+    #: result (palrp_bench/runner/loader.py)
+    loader_workers: Any = "auto"
     #: ``none`` (explanations keep every layer's activations for the backward) or ``layers`` (each layer's input
     #: only; the backward recomputes one layer at a time: long sequences, same relevance, about one more forward of
     #: time; text models only; palrp_bench/lrp/recompute.py, docs/engine.md "Long contexts")

@@ -526,7 +526,8 @@ def run_target(target: Target, args, work: Path, out: Path | None = None) -> Mea
     command = [sys.executable, "-m", "palrp_bench.cli", *pipeline_overrides(target, work, args.dtype),
                "task.selection=all", f"runner.max_samples={args.samples}",
                f"runner.devices={devices_override(args.device)}", "runner.quiet=true",
-               f"runner.batch_size={args.batch_size}", "runner.cache_explanations=false", f"run_dir={run_dir}"]
+               f"runner.batch_size={args.batch_size}", "runner.cache_explanations=false",
+               f"runner.loader_workers={getattr(args, 'loader_workers', 'auto')}", f"run_dir={run_dir}"]
     planned = _planned(command[3:], run_dir)
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
@@ -665,6 +666,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", nargs="+", choices=names, default=[], metavar="TARGET")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--batch-size", default="1", help="runner.batch_size (an int or auto)")
+    parser.add_argument("--loader-workers", default="auto",
+                        help="runner.loader_workers (auto, 0 = load in the run's process, or a number)")
     parser.add_argument("--dtype", choices=("config", "float32", "bfloat16"), default="config",
                         help="model.dtype of the language models (config = the table's own, bfloat16)")
     parser.add_argument("--work", type=Path, default=REPO / "rehearsal",

@@ -33,6 +33,31 @@ class ImageSample:
     meta: dict = field(default_factory=dict)
 
 
+def loaded(sample):
+    """A sample ready to evaluate: a lazy sample (one with a ``load()`` method, e.g. an image read from disk when
+    used) loaded, any other sample as it is."""
+    load = getattr(sample, "load", None)
+    return load() if callable(load) else sample
+
+
+def load_positions(source, positions) -> list:
+    """The samples at ``positions`` of the sequence ``source``, loaded (:func:`loaded`); a pool that loads many
+    samples together (``source.load_many(positions)``: a :class:`~palrp_bench.data.text_common.TextPool` tokenises
+    them in one tokenizer call per chunk) does so."""
+    many = getattr(source, "load_many", None)
+    if callable(many):
+        return list(many(list(positions)))
+    return [loaded(source[p]) for p in positions]
+
+
+def needs_loading(source, positions) -> bool:
+    """Whether :func:`load_positions` does work for ``source`` (a pool that loads, or lazy samples) rather than
+    hand back samples already in memory; judged without loading anything."""
+    if callable(getattr(source, "load_many", None)):
+        return True
+    return bool(len(positions)) and callable(getattr(source[positions[0]], "load", None))
+
+
 def check_generator_args(n, seed, split: str, splits) -> None:
     """Validate the arguments of a synthetic-data generator (one-line :class:`BadInputError` otherwise)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:

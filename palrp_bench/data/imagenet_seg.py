@@ -14,6 +14,7 @@ there is no class label.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,7 +84,8 @@ def read_seg_entry(handle, index: int, path: Path | str = "") -> tuple[np.ndarra
 
 class ImageNetSegmentation(torch.utils.data.Dataset):
     """Lazy dataset of :class:`ImageSample` over ``gtsegs_ijcv.mat``. The HDF5 handle is opened on first
-    access in each process (DataLoader workers get their own)."""
+    access in each process (DataLoader workers and forked loader workers, palrp_bench/runner/loader.py, get their
+    own: HDF5 handles do not survive pickling or fork)."""
 
     def __init__(self, path: str | Path, image_size: int = 224, expected_count: int | None = IMAGENET_SEG_COUNT):
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size <= 0:
@@ -95,7 +97,7 @@ class ImageNetSegmentation(torch.utils.data.Dataset):
         if expected_count is not None and self._length != expected_count:
             raise MissingDataError(f"{self.path} holds {self._length} images, expected {expected_count}",
                                    f"{_HOW_TO_GET}; pass expected_count=None to load a partial file on purpose")
-        self._handle = None
+        self._handle, self._pid = None, None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -113,8 +115,8 @@ class ImageNetSegmentation(torch.utils.data.Dataset):
         if not -self._length <= i < self._length:
             raise IndexError(f"sample {i} out of range for {self._length} samples")
         i = i % self._length
-        if self._handle is None:
-            self._handle = _open(self.path)
+        if self._handle is None or self._pid != os.getpid():  # a forked loader worker opens its own
+            self._handle, self._pid = _open(self.path), os.getpid()
         image, mask = read_seg_entry(self._handle, i, self.path)
         size = (self.image_size, self.image_size)
         resized = Image.fromarray(image).convert("RGB").resize(size, Image.BILINEAR)

@@ -126,7 +126,7 @@ class TextPool(Sequence):
     """A text data set in dataset order whose samples are tokenised when first touched (module docstring).
 
     ``sample_ids`` and ``len`` need no tokenizer. ``pool[i]`` tokenises sample ``i`` (once: samples are kept);
-    ``pool[a:b]`` is a pool of those samples sharing what is tokenised; iterating tokenises
+    ``pool[a:b]`` is a pool of those samples sharing what is tokenised; iterating and :meth:`load_many` tokenise
     :data:`TOKENIZE_CHUNK` samples per call. ``build(positions)`` returns the :class:`TextSample` of those dataset
     positions, tokenised together (e.g. with :func:`encode_batch_with_bos`)."""
 
@@ -153,6 +153,13 @@ class TextPool(Sequence):
         for start in range(0, len(missing), TOKENIZE_CHUNK):
             chunk = missing[start:start + TOKENIZE_CHUNK]
             self._done.update(zip(chunk, self._build(chunk), strict=True))
+
+    def load_many(self, indices: Sequence[int]) -> list[TextSample]:
+        """The samples at ``indices`` (of this pool or view), tokenised together where not done yet
+        (:data:`TOKENIZE_CHUNK` per tokenizer call); the loaders of :mod:`palrp_bench.runner.loader` call it."""
+        positions = [self._positions[i] for i in indices]
+        self._tokenise(positions)
+        return [self._done[p] for p in positions]
 
     def __getitem__(self, index):
         if isinstance(index, slice):

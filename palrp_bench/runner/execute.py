@@ -7,9 +7,10 @@ only what is missing.
 
 The job's status file (``<store>.status.json``, copied into ``manifest.json``) records what it did and what it
 cost: counts, the samples the task's loader or adapter dropped at load by reason (``dropped``: the evidence tasks,
-docs/evidence.md), the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the stabilisers
-the explanations use (``stabilizers``, :func:`check_stabilizers_used`), the ``embeddings`` switch where it applies
-(checked against the cell's record, :func:`check_embeddings_used`), ``timings``: ``load_model_s``, ``load_data_s``, ``selection_s`` before the
+docs/evidence.md), the selection record (:mod:`.selection`), the batch size used (:mod:`.batching`), the loader's
+worker processes (``loader_workers``: 0 where the samples were in memory already, :mod:`.loader`), the stabilisers the explanations use (``stabilizers``,
+:func:`check_stabilizers_used`), the ``embeddings`` switch where it applies (checked against the cell's record,
+:func:`check_embeddings_used`), ``timings``: ``load_model_s``, ``load_data_s``, ``selection_s`` before the
 evaluation, then where the evaluation's time went (:func:`job_timings`: the stages of :mod:`palrp_bench.stages`
 after the first batch, ``warmup_s`` / ``warmup_samples`` of the first batch, ``total_s``, ``samples``; also in
 the job's log line and the end-of-run summary), ``peak_device_bytes`` (CUDA only) and ``numerics``: the device
@@ -37,10 +38,11 @@ from ..numerics import device_kind, tf32_mode
 from ..stages import StageClock, describe_timings, measuring, stage
 from .batching import BatchSizer, length_sorted
 from .bundles import BundleCache
+from .loader import SampleLoader, resolve_loader_workers
 from .plan import Cell, Job
 from .selection import select_samples
 from .sharding import shard_of
-from .store import ExplanationCache, ShardStore, encode_record, iter_cell_records, stored_metrics
+from .store import BackgroundWriter, ExplanationCache, ShardStore, encode_record, iter_cell_records, stored_metrics
 
 log = logging.getLogger("palrp_bench.runner")
 
@@ -207,51 +209,65 @@ def seed_everything(seed: int) -> None:
 
 
 def _evaluate(job: Job, run_dir: Path, selected, todo: dict[tuple[str, ...], list[int]], adapter, bundle, ctx, cache,
-              sizer: BatchSizer, status: dict, report: JobReport, progress) -> None:
-    """The job's evaluation loop: the samples at ``todo``'s positions of ``selected`` evaluated batch by batch, their
-    records appended to the store; the wall time of each stage (:mod:`palrp_bench.stages`) goes to
+              sizer: BatchSizer, workers: int, status: dict, report: JobReport, progress) -> None:
+    """The job's evaluation loop: the samples at ``todo``'s positions of ``selected`` loaded ahead
+    (:class:`~.loader.SampleLoader`), evaluated batch by batch, their records handed to the store's background
+    writer (:class:`~.store.BackgroundWriter`); the wall time of each stage (:mod:`palrp_bench.stages`) goes to
     ``status["timings"]``, also when the job fails."""
     ids = sample_ids_of(selected)
     order = {sid: i for i, sid in enumerate(ids)}
+    by_length = getattr(adapter, "sample_length", None) is not None
     clock = StageClock(ctx.device)
     start = clock.now()
     warm: tuple[float, int, dict[str, float]] | None = None  # the first batch: seconds, samples, stages so far
     failed = True
     try:
         with ShardStore(job.store_path(run_dir)) as store, measuring(clock):
-            for metrics, positions in todo.items():
-                with stage("data_wait"):
-                    ordered = length_sorted([selected[i] for i in positions], adapter)
-                begin = 0
-                while begin < len(ordered):
-                    batch = ordered[begin:begin + sizer.size]
+            writer = BackgroundWriter(store, cache)
+            try:
+                for metrics, positions in todo.items():
+                    with stage("data_wait"):
+                        loader = SampleLoader(selected, positions, workers=workers, ahead=2 * sizer.size,
+                                              order=(lambda s: length_sorted(s, adapter)) if by_length else None)
+                        status["loader_workers"] = max(status["loader_workers"], loader.workers)
                     try:
-                        results = adapter.evaluate(bundle, list(batch), ctx, metrics)
-                    except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
-                        if sizer.shrink(err):
-                            continue
-                        raise
-                    sizer.worked()
-                    begin += len(batch)
-                    if [r.sample_id for r in results] != [s.sample_id for s in batch]:
-                        raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
-                                           "of order or incomplete")  # a programming error, not a user one
-                    with stage("write"):
-                        for result in results:
-                            if cache is not None and result.explanation is not None:
-                                cache.save(result.sample_id, result.explanation)
-                            store.append(encode_record(result.sample_id, order[result.sample_id], result.rows,
-                                                       result.info, metrics))
-                    for result in results:
-                        report.n_computed += 1
-                        report.n_nonfinite += int(result.nonfinite)
-                        if result.nonfinite:
-                            log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
-                                        job.name, result.sample_id)
-                    progress.update(len(results))
-                    if warm is None:  # warm-up (kernels, allocator, autotuning, batch size search) is in it
-                        warm = (clock.now() - start, len(batch), dict(clock.seconds))
-        failed = False
+                        while True:
+                            with stage("data_wait"):
+                                batch = loader.take(sizer.size)
+                            if not batch:
+                                break
+                            try:
+                                results = adapter.evaluate(bundle, batch, ctx, metrics)
+                            except Exception as err:  # noqa: BLE001 - only out-of-memory of batch_size=auto is retried
+                                if sizer.shrink(err):
+                                    loader.give_back(batch)
+                                    continue
+                                raise
+                            sizer.worked()
+                            if [r.sample_id for r in results] != [s.sample_id for s in batch]:
+                                raise RuntimeError(f"task adapter for {job.cell.task.kind} returned results out "
+                                                   "of order or incomplete")  # a programming error, not a user one
+                            with stage("write"):
+                                writer.put([(r.sample_id, r.explanation,
+                                             encode_record(r.sample_id, order[r.sample_id], r.rows, r.info, metrics))
+                                            for r in results])
+                            for result in results:
+                                report.n_computed += 1
+                                report.n_nonfinite += int(result.nonfinite)
+                                if result.nonfinite:
+                                    log.warning("%s: sample %s has non-finite relevance (recorded, not fatal)",
+                                                job.name, result.sample_id)
+                            progress.update(len(results))
+                            if warm is None:  # warm-up (kernels, allocator, autotuning, batch size search) is in it
+                                warm = (clock.now() - start, len(batch), dict(clock.seconds))
+                    finally:
+                        with stage("data_wait"):  # the workers' exit is the loader's time too
+                            loader.close()
+                with stage("write"):
+                    writer.close()
+                failed = False
+            finally:
+                writer.close(raise_error=False)  # what was computed is written, also when the job fails
     finally:
         status["timings"].update(job_timings(clock, clock.now() - start, report.n_computed, warm))
         if failed:
@@ -317,7 +333,7 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         status["selection"] = asdict(selection)
         timings["selection_s"] = selection.seconds
         write_json_atomic(status_path, status)  # what loading cost survives a kill during the evaluation
-        # by position and id first: a lazy pool (TextPool) tokenises only the samples this shard still has to compute
+        # by position and id only: the loader reads, decodes or tokenises the samples this shard still computes
         ids = sample_ids_of(selected)
         mine = [i for i, sid in enumerate(ids) if shard_of(sid, job.n_shards) == job.shard]
         done = stored_metrics(cell_dir)
@@ -339,8 +355,11 @@ def run_job(job: Job, run_dir: Path, device: str, bundles: BundleCache, *, quiet
         progress.start_job(job.name, n_todo)
         _reset_peak_memory(device)
         sizer = BatchSizer(job.batch_size, device, job.cell)
+        workers = resolve_loader_workers(job.loader_workers, device)
+        status["loader_workers"] = 0
         try:
-            _evaluate(job, run_dir, selected, todo, adapter, bundle, ctx, cache, sizer, status, report, progress)
+            _evaluate(job, run_dir, selected, todo, adapter, bundle, ctx, cache, sizer, workers, status, report,
+                      progress)
             report.batch_size = sizer.size
         finally:
             if own_progress:

@@ -30,7 +30,8 @@ from ..lrp.stabilizers import check_stabilizers, default_stabilizers
 from ..numerics import resolve_tf32
 from ..rundir import MAP_SENSITIVITY_METRIC, cell_directory
 from ..schema import DType, ModelConfig, TaskConfig
-from .batching import check_batch_size
+from .batching import AUTO, check_batch_size
+from .loader import check_loader_workers
 from .model_identity import PaperIdentity, paper_identity, resolve_model
 from .sharding import check_shard
 from .store import store_name
@@ -185,6 +186,9 @@ class Job:
     cache_explanations: bool = True
     #: ``runner.checkpoint``: ``none`` or ``layers`` (palrp_bench/lrp/recompute.py); never changes a sample's numbers
     checkpoint: str = "none"
+    #: ``runner.loader_workers``: ``auto`` or a number of processes (palrp_bench/runner/loader.py); never changes a
+    #: sample's numbers
+    loader_workers: int | str = "auto"
 
     @property
     def name(self) -> str:
@@ -362,8 +366,9 @@ def plan_jobs(cfg: DictConfig, cells: list[Cell], n_workers: int) -> list[Job]:
         raise BadInputError(f"runner.forward_batch_size must be >= 1, got {runner.forward_batch_size}",
                             "set runner.forward_batch_size to a positive integer")
     checkpoint = check_checkpoint(getattr(runner, "checkpoint", None))
+    loader_workers = check_loader_workers(getattr(runner, "loader_workers", AUTO))
     jobs = [Job(cell, s, int(n_shards), runner.max_samples, batch_size, int(runner.forward_batch_size),
-                bool(runner.cache_explanations), checkpoint)
+                bool(runner.cache_explanations), checkpoint, loader_workers)
             for cell in sorted(cells, key=lambda c: (c.model.name, c.task.name))
             for s in shards]
     return jobs

@@ -12,6 +12,8 @@ docs/design.md section 6, "Resume": a restarted job skips samples already stored
   process on the same shard stops with a clear message instead of interleaving lines.
 * :class:`ExplanationCache` keeps each sample's explanation (``.npz``, written to a temporary name then
   renamed, so it is never read half-written) for reuse by later metrics and by the report's heatmaps.
+* :class:`BackgroundWriter` does both on a thread of its own, so a job computes the next batch while the last one
+  is compressed, written and ``fsync``-ed; closing it writes everything handed to it, also when the job fails.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import json
 import logging
 import math
 import os
+import queue
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -205,3 +209,51 @@ class ExplanationCache:
     def load(self, sample_id: str) -> dict[str, np.ndarray] | None:
         """The cached arrays of ``sample_id``, or None."""
         return read_explanation(self.path_for(sample_id))
+
+
+class BackgroundWriter:
+    """Writes results into a :class:`ShardStore` (and their explanations into an :class:`ExplanationCache`) on a
+    thread of its own, in the order they were handed over: per sample the explanation first, then its record, as
+    a job writing them itself would. :meth:`put` returns at once unless ``max_pending`` hand-overs wait already;
+    :meth:`close` writes every one handed over (also after the job failed: what was computed is kept) and re-raises
+    a write error. After a write error nothing more is written, and the next :meth:`put` raises it."""
+
+    def __init__(self, store: ShardStore, cache: ExplanationCache | None = None, max_pending: int = 4):
+        self.store, self.cache = store, cache
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write, name="palrp-store-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, items: list[tuple[str, dict | None, dict]]) -> None:
+        """Hand over ``(sample_id, explanation arrays or None, record)`` of some samples."""
+        self._raise()
+        self._queue.put(list(items))
+
+    def _write(self) -> None:
+        while True:
+            items = self._queue.get()
+            if items is None:
+                return
+            if self._error is not None:
+                continue
+            try:
+                for sample_id, explanation, record in items:
+                    if self.cache is not None and explanation is not None:
+                        self.cache.save(sample_id, explanation)
+                    self.store.append(record)
+            except BaseException as err:  # noqa: BLE001 - handed to the job's thread
+                self._error = err
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self, raise_error: bool = True) -> None:
+        """Write what was handed over, stop the thread; re-raise a write error unless ``raise_error`` is False (the
+        job is failing already and its own error matters more)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if raise_error:
+            self._raise()

@@ -125,6 +125,7 @@ def test_run_dir_records(tmp_path):
     assert set(timings) == {"load_model_s", "load_data_s", "selection_s", "data_wait_s", "explain_s", "forwards_s",
                             "metrics_s", "write_s", "warmup_s", "warmup_samples", "total_s", "samples"}
     assert timings["warmup_samples"] == 4 and timings["samples"] == 4 and timings["warmup_s"] <= timings["total_s"]
+    assert status["loader_workers"] == 0  # self-test samples are in memory: nothing to load
     assert status["batch_size"] == CPU_AUTO_BATCH_SIZE and status["peak_device_bytes"] is None
     assert len(list((tmp_path / "cells/selftest/selftest/attnlrp/explanations").glob("*.npz"))) == 4
 

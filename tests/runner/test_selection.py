@@ -144,7 +144,9 @@ def test_a_text_run_tokenises_only_the_candidates_it_forwards_and_the_samples_it
                         lambda tok, texts, **kw: tokenised.extend(texts) or real(tok, texts, **kw))
     run(compose_cfg(tmp_path / "run", "model=tiny_llama_cls", "task=imdb", f"task.path={csv}", "task.pool_size=90",
                     "method=grad_x_input", f"task.selection={rule}", "runner.max_samples=4", "runner.quiet=true",
-                    "runner.devices=[cpu]", "task.options.max_length=64"), out=open("/dev/null", "w"))
+                    "runner.devices=[cpu]", "task.options.max_length=64",
+                    "runner.loader_workers=0"),  # tokenised in this process, where the count can see it
+        out=open("/dev/null", "w"))
     assert read_results(tmp_path / "run").sample_id.nunique() == 4
     assert len(tokenised) == (SELECTION_CHUNK if rule == "until_correct" else 4)
     assert len(set(tokenised)) == len(tokenised)  # each review once

@@ -20,13 +20,13 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from ...data.base import ImageSample
+from ...data.base import ImageSample, loaded
 from ...data.registry import dataset_spec, load_dataset, sample_ids_of
 from ...stages import stage
 from ..explained import PixelBatch, SampleShape
 from .base import JobContext, TaskAdapter, explorer_arrays
 
-__all__ = ["VisionAdapter", "LazyImageSample"]
+__all__ = ["VisionAdapter", "LazyImageSample", "stack_images"]
 
 #: what a cached explanation must hold to be reused (plus ``scores_target`` for the target-class curves)
 _CACHE_KEYS = {"scores", "explained", "logit", "rules", "aggregation", "stabilizers", "semantic_total",
@@ -50,6 +50,14 @@ class LazyImageSample:
         return self.dataset[self.index]
 
 
+def stack_images(samples, pin: bool = False) -> torch.Tensor:
+    """The samples' images as one float32 ``[B, 3, H, W]`` tensor; in page-locked memory with ``pin`` (a GPU then
+    copies it without a staging copy, ``non_blocking``)."""
+    images = [torch.as_tensor(s.image, dtype=torch.float32) for s in samples]
+    out = torch.empty((len(images), *images[0].shape), dtype=torch.float32, pin_memory=pin)
+    return torch.stack(images, out=out)
+
+
 def _load_image_pool(task) -> list[LazyImageSample]:
     dataset = load_dataset(task.dataset, path=task.path, limit=task.pool_size, options=task.options)
     return [LazyImageSample(sid, dataset, i) for i, sid in enumerate(sample_ids_of(dataset))]
@@ -65,8 +73,8 @@ class VisionAdapter(TaskAdapter):
     def correct(self, bundle, samples, ctx) -> list[bool]:
         from ..procedures.vision_perturbation import resolve_normalization
 
-        samples = [s.load() for s in samples]
-        images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
+        samples = [loaded(s) for s in samples]
+        images = stack_images(samples)
         norm = resolve_normalization(bundle.model)
         logits = bundle.model(norm(images).to(bundle.device))
         return [s.label is not None and int(p) == s.label for s, p in zip(samples, logits.argmax(-1).cpu())]
@@ -98,7 +106,7 @@ class VisionAdapter(TaskAdapter):
             batch.update({k: str(cached[0][k]) for k in _NAME_KEYS})
             arrays = [None] * len(samples)
         else:
-            pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
+            pixels = resolve_normalization(bundle.model)(images.to(bundle.device, non_blocking=True))
             rel = self._explain(bundle, pixels, ctx)
             ex = rel.extras
             batch = {"scores": rel.scores.float(), "explained": rel.target, "logit": rel.logit.float(),
@@ -123,7 +131,7 @@ class VisionAdapter(TaskAdapter):
                 batch["scores_target"] = torch.stack([torch.as_tensor(c["scores_target"]) for c in cached])
             else:
                 if pixels is None:
-                    pixels = resolve_normalization(bundle.model)(images).to(bundle.device)
+                    pixels = resolve_normalization(bundle.model)(images.to(bundle.device, non_blocking=True))
                 target = self._explain(bundle, pixels, ctx, target=torch.tensor([s.label for s in samples]))
                 batch["scores_target"] = target.scores.float()
                 arrays = [dict(a if a is not None else c, scores_target=batch["scores_target"][i].numpy())
@@ -133,10 +141,10 @@ class VisionAdapter(TaskAdapter):
     def explain(self, bundle, samples, ctx, needs=frozenset()) -> Iterator[PixelBatch]:
         """The batch's images and their explanations (:meth:`_explained`): the labelled class's maps where
         ``needs`` asks for ``scores_target`` and every sample is labelled, the signed map where it asks for
-        ``scores_signed``."""
+        ``scores_signed``. ``samples`` are loaded ones or :class:`LazyImageSample` (loaded here)."""
         with stage("data_wait"):
-            samples = [s.load() for s in samples]
-            images = torch.stack([torch.as_tensor(s.image, dtype=torch.float32) for s in samples])
+            samples = [loaded(s) for s in samples]
+            images = stack_images(samples, pin=str(bundle.device).startswith("cuda"))
         labels = [s.label for s in samples]
         with_target = "scores_target" in needs and all(label is not None for label in labels)
         ex, arrays = self._explained(bundle, samples, images, ctx, with_target, "scores_signed" in needs)
