@@ -53,11 +53,9 @@ def minmax_per_image(maps: torch.Tensor, relu: bool = False) -> tuple[torch.Tens
     if relu:
         maps = maps.clamp(min=0)
     flat = maps.reshape(maps.shape[0], -1)
-    lo = flat.min(dim=1).values[:, None, None]
-    hi = flat.max(dim=1).values[:, None, None]
+    lo, hi = flat.amin(dim=1), flat.amax(dim=1)  # vectorised reductions (faster than min / max with indices)
     span = hi - lo
-    degenerate = span.reshape(-1) == 0
-    safe_span = torch.where(span == 0, torch.ones_like(span), span)
-    out = (maps - lo) / safe_span
-    out = torch.where(degenerate[:, None, None], torch.zeros_like(out), out)
-    return out, degenerate
+    degenerate = span == 0
+    safe_span = torch.where(degenerate, torch.ones_like(span), span)
+    out = (maps - lo[:, None, None]).div_(safe_span[:, None, None])
+    return out.masked_fill_(degenerate[:, None, None], 0.0), degenerate

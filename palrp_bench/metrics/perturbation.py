@@ -186,12 +186,19 @@ def tied_pixel_share(maps: torch.Tensor) -> torch.Tensor:
     to about a percent, not to float precision.
     """
     normalised, _ = minmax_per_image(maps, relu=True)
-    ordered = normalised.reshape(normalised.shape[0], -1).sort(dim=1).values
-    equal_next = ordered[:, 1:] == ordered[:, :-1]
-    tied = torch.zeros_like(ordered, dtype=torch.bool)
+    flat = normalised.reshape(normalised.shape[0], -1)
+    if flat.device.type == "cpu":  # NumPy: its vectorised sort is about 20x faster than torch's on a 224 x 224 map
+        ordered = np.sort(flat.numpy(), axis=1)  # the same sorted values as torch.sort (-0.0 == 0.0 in both)
+        equal_next = ordered[:, 1:] == ordered[:, :-1]
+        tied = np.zeros(ordered.shape, dtype=bool)
+    else:
+        ordered = flat.sort(dim=1).values
+        equal_next = ordered[:, 1:] == ordered[:, :-1]
+        tied = torch.zeros_like(ordered, dtype=torch.bool)
     tied[:, 1:] |= equal_next
     tied[:, :-1] |= equal_next
-    return tied.double().mean(dim=1)
+    # float64 mean of 0/1 values: an integer count (exact) over the pixels, the same in NumPy and torch
+    return torch.from_numpy(tied.mean(axis=1)) if isinstance(tied, np.ndarray) else tied.double().mean(dim=1)
 
 
 #: positive perturbation removes the most relevant pixels first (lower is better), negative the least (higher)

@@ -74,6 +74,43 @@ def test_batch_size_does_not_change_the_results(fixture_vit, fixture_data):
     assert curves.tolist() == vision_perturbation_curves(fixture_vit, d["images"], d["pred_maps"]).tolist()
 
 
+def test_a_cell_stacks_all_its_curves_in_full_chunks_and_changes_no_row(fixture_vit, fixture_data):
+    """The procedure of a cell puts the originals and the four curves of every image (predicted- and target-class
+    maps, positive and negative) through one set of forwards of ``forward_batch_size`` images: 37 per image, every
+    chunk but the last full, and the rows are those of each curve computed alone."""
+    from types import SimpleNamespace
+
+    from palrp_bench.evaluation.explained import PixelBatch
+    from palrp_bench.evaluation.procedures.vision_perturbation import (VISION_FORWARDS, curves_logits,
+                                                                       run_vision_perturbation)
+    d = fixture_data
+    n = d["images"].shape[0]
+    samples = [SimpleNamespace(sample_id=f"s{i}") for i in range(n)]
+    batch = PixelBatch(SimpleNamespace(model=fixture_vit), samples, list(range(n)), d["pred_maps"], [0] * n,
+                       [{} for _ in samples], [None] * n, [True] * n, [None] * n, rows={i: [] for i in range(n)},
+                       images=d["images"], labels=d["targets"].tolist(), scores_target=d["target_maps"])
+    seen = []
+    hook = fixture_vit.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    try:
+        run_vision_perturbation(batch, SimpleNamespace(protocol="official", tie_break=None, seed=0,
+                                                       forward_batch_size=8))
+    finally:
+        hook.remove()
+    assert VISION_FORWARDS == 37 and sum(seen) == n * VISION_FORWARDS and set(seen[:-1]) == {8}
+    for metric, maps, labels in (("agreement", d["pred_maps"], None), ("accuracy", d["target_maps"], d["targets"])):
+        for positive, variant in ((True, "positive"), (False, "negative")):
+            alone = vision_perturbation_curves(fixture_vit, d["images"], maps, labels, positive)
+            for i in range(n):
+                rows = [v for m, var, _, v in batch.rows[i] if (m, var) == (metric, variant)]
+                assert rows == alone[i].tolist(), (metric, variant, i)
+    stacked = curves_logits(fixture_vit, d["images"], [(d["pred_maps"], True), (d["target_maps"], False)],
+                            include_original=True, batch_size=8)
+    torch.testing.assert_close(stacked[:, :10], perturbed_logits(fixture_vit, d["images"], d["pred_maps"], True,
+                                                                 include_original=True), rtol=0, atol=1e-4)
+    torch.testing.assert_close(stacked[:, 10:], perturbed_logits(fixture_vit, d["images"], d["target_maps"], False),
+                               rtol=0, atol=1e-4)
+
+
 class _Recorder(torch.nn.Module):
     """Linear classifier on 6x6 images that records every input batch it sees."""
 

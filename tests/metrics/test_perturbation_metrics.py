@@ -112,3 +112,24 @@ def test_constant_map_is_all_ties_under_random():
 def test_bad_maps_are_user_errors(bad):
     with pytest.raises(BadInputError):
         pixel_order(bad, True, [0])
+
+
+def test_tied_pixel_share_counts_the_pixels_in_groups_of_equal_values():
+    """By hand on a 2 x 3 map (ReLU'd and min-max normalised first: -1, -0.0 and 0 become one group of 0) and against
+    NumPy's counts of equal values on random maps with ties, on the CPU and on the model's device where there is one."""
+    from palrp_bench.metrics.maps import minmax_per_image
+    from palrp_bench.metrics.perturbation import tied_pixel_share
+
+    by_hand = torch.tensor([[[-1.0, -0.0, 0.0], [2.0, 4.0, 4.0]], [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
+                            [[7.0, 7.0, 7.0], [7.0, 7.0, 7.0]]])
+    assert tied_pixel_share(by_hand).tolist() == [5 / 6, 0.0, 1.0]  # a map without range counts as all tied
+    generator = torch.Generator().manual_seed(0)
+    maps = torch.randint(-20, 60, (4, 32, 32), generator=generator).float() / 7
+    normalised, _ = minmax_per_image(maps, relu=True)
+    expected = []
+    for m in normalised.reshape(4, -1).numpy():
+        _, inverse, counts = np.unique(m, return_inverse=True, return_counts=True)
+        expected.append(float((counts[inverse] > 1).mean()))
+    assert tied_pixel_share(maps).tolist() == expected
+    if torch.cuda.is_available():
+        assert tied_pixel_share(maps.cuda()).tolist() == expected

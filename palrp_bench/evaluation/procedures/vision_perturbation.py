@@ -5,7 +5,9 @@ For every image and each step ``p = 0.1, ..., 0.9``, ``int(H * W * p)`` pixels c
 relevant pixels with the tie-break ``tie_break``) are set to 0 in all channels of the raw [0, 1] image, the
 result is normalised and classified. The 9 perturbed copies of all images of a batch (plus the originals when the
 reference is the model's own prediction) are stacked into one batch and run in as few forwards as
-``batch_size`` allows; a chunk's images are built on the fly, so memory is bounded by ``batch_size``.
+``batch_size`` allows; a chunk's images are built on the fly, so memory is bounded by ``batch_size``. A cell's
+procedure stacks all four curves of its images (predicted- and target-class maps, positive and negative) and the
+originals once (:func:`curves_logits`): 37 forwards per image in full chunks.
 
 * ``labels=None`` ("predicted" / the official ``top`` curve): score 1 when the arg-max class of the
   perturbed image equals the arg-max class of the original image.
@@ -43,7 +45,7 @@ from ..explained import PixelBatch
 from . import register_procedure
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "resolve_normalization", "tie_break_seeds", "tie_order_device",
-           "perturbed_logits", "vision_perturbation_curves", "VISION_FORWARDS"]
+           "perturbed_logits", "curves_logits", "vision_perturbation_curves", "VISION_FORWARDS"]
 
 #: what :func:`tie_order_device` says under ``tie_break="random"``: the order is the same on every device
 ANY_DEVICE = "any"
@@ -172,18 +174,39 @@ def perturbed_logits(model: torch.nn.Module, images: torch.Tensor, maps: torch.T
     ``protocol``, ``tie_break``, ``sample_ids``, ``seed``: which tied pixels are removed, chosen on the model's
     device (module docstring).
     """
-    images, maps = _check_inputs(model, images, maps)
+    return curves_logits(model, images, [(maps, positive)], normalize=normalize, batch_size=batch_size,
+                         include_original=include_original, fractions=fractions, progress=progress,
+                         protocol=protocol, tie_break=tie_break, sample_ids=sample_ids, seed=seed)
+
+
+def curves_logits(model: torch.nn.Module, images: torch.Tensor, curves: Sequence[tuple[torch.Tensor, bool]], *,
+                  normalize: Normalization = None, batch_size: int | None = None, include_original: bool = False,
+                  fractions: tuple[float, ...] = VISION_FRACTIONS, progress: bool = False, protocol: str = "official",
+                  tie_break: str | None = None, sample_ids: Sequence[str] | None = None, seed: int = 0
+                  ) -> torch.Tensor:
+    """Logits of the perturbed images of several curves at once, float32 ``[B, O + K * S, C]``: ``O`` = 1 with
+    ``include_original`` (the unperturbed image first), then for each of the ``K`` curves ``(maps [B, H, W],
+    positive)`` its ``S`` steps. Every image of every curve goes through the same stacked forwards,
+    ``batch_size`` images each (None = one forward), image by image, so a batch of a few images fills the
+    device's forwards as well as a large one; per image the logits are those of :func:`perturbed_logits` on each
+    curve alone, up to the float rounding of differently batched forwards (the arg-max of a perturbed image can
+    change only where two logits lie within rounding of each other)."""
+    if not curves:
+        raise BadInputError("no perturbation curve asked for", "pass at least one (maps, positive) pair")
+    checked = [_check_inputs(model, images, maps) for maps, _ in curves]
+    images = checked[0][0]
     if batch_size is not None and batch_size < 1:
         raise BadInputError(f"batch_size={batch_size}", "pass a positive number of images per forward, or None")
     norm = resolve_normalization(model, normalize)
     device, dtype = model_device_dtype(model, images)
-    # everything happens on the model's device: the removed pixels are chosen there (the tie order is the
-    # device's, module docstring) and the perturbed copies are built there
+    # everything happens on the model's device: the removed pixels are chosen there (the tie order is the device's,
+    # module docstring) and the perturbed copies are built there
     images = images.to(device)
-    removed = _removal_masks(maps.to(device), positive, fractions, protocol, tie_break, sample_ids,
-                             seed)  # [B, S, H, W]
+    removed = [_removal_masks(maps.to(device), positive, fractions, protocol, tie_break, sample_ids, seed)
+               for (_, maps), (_, positive) in zip(checked, curves)]  # each [B, S, H, W]
     if include_original:
-        removed = torch.cat([torch.zeros_like(removed[:, :1]), removed], dim=1)
+        removed.insert(0, torch.zeros_like(removed[0][:, :1]))
+    removed = torch.cat(removed, dim=1) if len(removed) > 1 else removed[0]
     n_images, n_steps = removed.shape[:2]
     total = n_images * n_steps
     chunk = total if batch_size is None else batch_size
@@ -238,9 +261,10 @@ def vision_perturbation_curves(model, images, maps, labels=None, positive=True, 
 
 
 # ------------------------------------------------------------------------------------- the procedure of a cell
-#: pixel perturbation forwards per image: positive and negative, each 9 steps of the predicted-class map plus the
-#: original (for its prediction) and 9 steps of the target-class map (docs/protocol.md section 3)
-VISION_FORWARDS = 38
+#: pixel perturbation forwards per image: the original (for its prediction), then 9 steps of the predicted-class map
+#: and 9 of the target-class map, each positive and negative (docs/protocol.md section 3), all in one set of
+#: stacked forwards (:func:`curves_logits`)
+VISION_FORWARDS = 37
 
 
 @register_procedure(
@@ -250,8 +274,9 @@ VISION_FORWARDS = 38
 def run_vision_perturbation(batch: PixelBatch, ctx) -> None:
     """Rows ``agreement`` (predicted-class map, agreement with the original prediction) and, where every sample is
     labelled (the batch then holds the labelled class's maps), ``accuracy`` (top-1 accuracy), variants
-    ``positive`` / ``negative``, steps ``p = 0.1..0.9`` (:func:`vision_perturbation_curves`, tie-break
-    ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id), and ``tied_pixel_share`` of each map (variants
+    ``positive`` / ``negative``, steps ``p = 0.1..0.9`` (:func:`vision_perturbation_curves`' rules, tie-break
+    ``ctx.tie_break`` seeded from ``ctx.seed`` and the sample id; the perturbed images of all curves and samples go
+    through one set of stacked forwards, :func:`curves_logits`), and ``tied_pixel_share`` of each map (variants
     ``predicted`` / ``target``; :func:`palrp_bench.metrics.perturbation.tied_pixel_share`); each sample's info records
     ``tie_device``, the device kind that ordered tied pixels (:func:`tie_order_device`)."""
     ok, model = batch.ok, batch.model
@@ -262,19 +287,26 @@ def run_vision_perturbation(batch: PixelBatch, ctx) -> None:
     for i in ok:
         batch.infos[i]["tie_device"] = tie_device
     maps = {"predicted": batch.scores[ok]} | ({"target": batch.scores_target[ok]} if with_target else {})
+    device, _ = model_device_dtype(model, batch.scores)
     for kind, kind_maps in maps.items():
-        share = tied_pixel_share(kind_maps)
+        share = tied_pixel_share(kind_maps.to(device)).cpu()  # on a GPU there: the same exact comparisons, faster
         for k, i in enumerate(ok):
             batch.rows[i].append(("tied_pixel_share", kind, SCALAR, float(share[k])))
-    images = batch.images[ok]
-    for positive, variant in ((True, "positive"), (False, "negative")):
-        with stage("forwards"):
-            agree = vision_perturbation_curves(model, images, maps["predicted"], None, positive, **ties)
+    # (metric, map, positive, reference) of each curve; the original images' arg-max is the predicted reference
+    curves = [(metric, kind, positive) for positive in (True, False)
+              for metric, kind in (("agreement", "predicted"), ("accuracy", "target")) if kind in maps]
+    with stage("forwards"):
+        logits = curves_logits(model, batch.images[ok], [(maps[m], positive) for _, m, positive in curves],
+                               include_original=True, **ties)
+    steps = len(VISION_FRACTIONS)
+    predicted = logits[:, 0].argmax(dim=-1)
+    labels = torch.tensor([batch.labels[i] for i in ok]) if with_target else None
+    for c, (metric, _, positive) in enumerate(curves):
+        reference = predicted if metric == "agreement" else labels
+        if metric == "accuracy" and bool((labels < 0).any() | (labels >= logits.shape[-1]).any()):
+            raise BadInputError(f"labels {labels.tolist()[:8]} out of range for {logits.shape[-1]} classes",
+                                "pass class indices of the model's output")
+        hits = (logits[:, 1 + c * steps:1 + (c + 1) * steps].argmax(dim=-1) == reference[:, None]).float()
+        variant = "positive" if positive else "negative"
         for k, i in enumerate(ok):
-            batch.rows[i] += [("agreement", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, agree[k])]
-        if with_target:
-            with stage("forwards"):
-                acc = vision_perturbation_curves(model, images, maps["target"],
-                                                 torch.tensor([batch.labels[i] for i in ok]), positive, **ties)
-            for k, i in enumerate(ok):
-                batch.rows[i] += [("accuracy", variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, acc[k])]
+            batch.rows[i] += [(metric, variant, p, float(v)) for p, v in zip(VISION_FRACTIONS, hits[k])]
