@@ -613,6 +613,8 @@ def hours_step(check: Check) -> Iterable[Row]:
             row.note += "; stopped at --max-minutes"
         if floor and m.steady_sample_s is not None:
             row.note += f"; floor {floor:.3g} s ({m.steady_sample_s / floor:.1f}x)"
+        if m.steady_sample_s is not None and m.timings:
+            row.note += f"; per sample {rehearse.stage_split(m.timings)}"
         if m.status == "skipped":
             row.note = m.note
         if check.quick:

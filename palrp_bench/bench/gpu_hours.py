@@ -9,9 +9,12 @@ Every target of ``scripts/rehearse.py`` that prices a paper table runs through t
 runs it (:func:`rehearse.run_target`: random weights at full size, data in the real formats, ``method=pa_lrp``),
 with ``--samples`` samples (default 160 on CUDA, batch size ``auto``). The first batch (CUDA context, kernel
 loading and autotuning, the fused stabilisers' compilation, the allocator's growth) is left out: the time per
-sample is the evaluation time of the other batches over their samples (the job's ``first_batch_s``,
-``runner/execute.py``), so at least two batches must run (with ``auto`` on an H100, 64 per batch: 160 samples
-leave 96 measured). Each table is projected as the rehearsal projects it (:func:`rehearse.project`: model and data
+sample is the evaluation time of the other batches over their samples (the job's ``timings``: ``total_s`` less
+``warmup_s``, ``runner/execute.py``), so at least two batches must run (with ``auto`` on an H100, 64 per batch: 160
+samples leave 96 measured). Per target it prints how that time splits into the stages a job records (data wait,
+explanation, forwards, metrics and writing, the rest; ``palrp_bench/stages.py``), the explanation and the forwards
+each beside their own floor, so the stage that is far from its arithmetic, or a device waiting for data, shows at
+once. Each table is projected as the rehearsal projects it (:func:`rehearse.project`: model and data
 load + paper samples x time per sample, every method priced like ``pa_lrp``).
 
 The floor of a table is its arithmetic at the device's peak: for each cell, paper samples x methods x the FLOPs of
@@ -23,8 +26,8 @@ with; the DeiT tables run in float32, so their floor is optimistic). On the CPU 
 in the output: threads x 2.5 GHz x 32 float32 FLOP per cycle (two 256-bit FMA units; AVX-512 cores reach up to
 twice that, so the CPU's ratios are upper bounds).
 
-Goals on one H100: Table 1 <= 1 h, Table 3 <= 1.5 h, Tables 4 + 5 with Appendix F <= 15 min, the whole paper
-<= 3 h. ``--json PATH`` writes the measurements and the table as data.
+Goals on one H100: Table 1 <= 40 min (NF4 included), Table 3 <= 1 h, Tables 4 + 5 with Appendix F <= 15 min, the
+whole paper <= 2 h. ``--json PATH`` writes the measurements and the table as data.
 """
 from __future__ import annotations
 
@@ -36,20 +39,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
+from ..stages import steady_split
 from . import rehearse  # targets, their checkpoints and data, measurement, projection
 
 REPO = Path(__file__).resolve().parents[2]
 
 #: the goals for one H100 (seconds) of groups of the rehearsal's tables (:data:`rehearse.TABLE_CELLS`)
-GOALS = (("table1", ("table1",), 3600.0),
-         ("table3", ("table3",), 5400.0),
+GOALS = (("table1", ("table1",), 2400.0),
+         ("table3", ("table3",), 3600.0),
          ("tables 4+5 + App. F", ("table4+appendix_f", "table5"), 900.0),
-         ("whole paper", tuple(rehearse.TABLE_CELLS), 3 * 3600.0))
+         ("whole paper", tuple(rehearse.TABLE_CELLS), 2 * 3600.0))
 #: dense bf16 tensor-core throughput of one H100 as the goals take it (TFLOP/s)
 H100_PEAK_TFLOPS = 790.0
 #: the CPU's assumed peak per thread (FLOP/s): 2.5 GHz x 2 FMA units x 8 float32 lanes (256 bit) x 2
 CPU_PEAK_PER_THREAD = 2.5e9 * 32
 GIGA = 1e9
+#: the stages of a job (palrp_bench/stages.py) whose arithmetic the floor counts, each with its own floor
+FLOOR_PARTS = ("explain", "forwards")
 
 
 @dataclass
@@ -88,9 +94,10 @@ def peak_flops(device: str, peak_tflops: float | None, threads: int) -> tuple[fl
                    "FLOP/cycle (two 256-bit FMA units)")
 
 
-def flops_per_sample(cell) -> float | None:
+def flops_per_sample(cell, part: str | None = None) -> float | None:
     """FLOPs of one sample of ``cell`` (module docstring: the cost model's architecture and per-sample work, the
-    explanation counted as its method's forwards plus backwards); None when the cost model cannot describe it."""
+    explanation counted as its method's forwards plus backwards); ``part``: ``explain`` (the explanations only) or
+    ``forwards`` (the procedures' plain forwards only); None when the cost model cannot describe it."""
     from ..attributors import method_passes
     from ..methods.registry import get_method
     from ..planning.cost import architecture_of, load_constants, sample_work, work_units
@@ -102,16 +109,20 @@ def flops_per_sample(cell) -> float | None:
         return None
     method = get_method(cell.method)
     forwards, backwards = method_passes(method, method.params_for(cell.task), max(1, round(work.explain_tokens)))
-    return 2.0 * GIGA * work_units(arch, replace(work, explain_forwards=float(forwards + backwards)))
+    work = replace(work, explain_forwards=float(forwards + backwards))
+    if part is not None:
+        work = replace(work, forwards=0.0) if part == "explain" else replace(work, explanations=0)
+    return 2.0 * GIGA * work_units(arch, work)
 
 
-def target_flops(target: rehearse.Target, work: Path) -> float | None:
-    """:func:`flops_per_sample` of the cell ``target`` runs (its checkpoint's architecture)."""
+def target_flops(target: rehearse.Target, work: Path) -> dict[str, float | None]:
+    """:func:`flops_per_sample` of the cell ``target`` runs (its checkpoint's architecture): ``total``, and its
+    parts ``explain`` and ``forwards``."""
     from .plan import config_of
     from ..runner.plan import plan_cells
 
-    cells = plan_cells(config_of(rehearse.pipeline_overrides(target, work), work / "runs" / "bench-gpu-plan"))
-    return flops_per_sample(cells[0])
+    cell = plan_cells(config_of(rehearse.pipeline_overrides(target, work), work / "runs" / "bench-gpu-plan"))[0]
+    return {"total": flops_per_sample(cell), **{part: flops_per_sample(cell, part) for part in FLOOR_PARTS}}
 
 
 def table_hours(results: list[rehearse.Measured], flops: dict[str, float | None],
@@ -150,20 +161,41 @@ def _hours(seconds: float | None) -> str:
                                                                   else f"{seconds:.1f} s")
 
 
+def _against(seconds: float, floor: float | None) -> str:
+    """``seconds`` of a stage per sample beside its floor and their ratio."""
+    text = rehearse._fmt(seconds, '.4f', ' s')
+    return text if not floor else f"{text} ({rehearse._fmt(floor, '.4f', ' s')}, {seconds / floor:.1f}x)"
+
+
 def report(results: list[rehearse.Measured], flops: dict[str, float | None], rows: list[TableHours], device: str,
            peak: float, peak_note: str) -> str:
-    """The per-target measurements and the per-table hours as Markdown (``peak``: FLOP/s of the floor)."""
+    """The per-target measurements and the per-table hours as Markdown (``peak``: FLOP/s of the floor). Per target,
+    the seconds per sample after the first batch split by stage (the job's ``timings``, palrp_bench/stages.py),
+    the explanation and the forwards each beside their own floor (``m.extra["flops"]``), data wait also as a share
+    of the sample's time."""
     lines = [f"Device: {device}; floor peak {peak_note}.", "",
-             "| target | status | samples measured (after the first batch) | s / sample | first batch | "
-             "floor s / sample | ratio |", "|---|---|---|---|---|---|---|"]
+             "| target | status | samples measured (after the first batch) | first batch | s / sample | data wait | "
+             "explain (floor, ratio) | forwards (floor, ratio) | metrics + write | other | floor s / sample | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in results:
         f = flops.get(m.target)
         floor = None if not f else f / peak
         ratio = "-" if floor is None or m.steady_sample_s is None else f"{m.steady_sample_s / floor:.1f}"
         measured = m.samples - m.warmup_samples if m.steady_sample_s is not None else 0
         note = "" if m.steady_sample_s is not None else " (one batch: nothing after warm-up)"
-        lines.append(f"| {m.target} | {m.status} | {measured} of {m.samples}{note} | "
-                     f"{rehearse._fmt(m.steady_sample_s, '.3f', ' s')} | {m.warmup_samples} samples | "
+        steady = steady_split(m.timings)
+        if steady is None:
+            stages = ["-"] * 5
+        else:
+            split, parts = steady[1], m.extra.get("flops") or {}
+            share = f" ({100 * split['data_wait'] / split['total']:.0f} %)" if split["total"] else ""
+            stages = [rehearse._fmt(split["data_wait"], '.4f', ' s') + share,
+                      *(_against(split[part], parts[part] / peak if parts.get(part) else None)
+                        for part in FLOOR_PARTS),
+                      rehearse._fmt(split["metrics"] + split["write"], '.4f', ' s'),
+                      rehearse._fmt(split["other"], '.4f', ' s')]
+        lines.append(f"| {m.target} | {m.status} | {measured} of {m.samples}{note} | {m.warmup_samples} samples | "
+                     f"{rehearse._fmt(m.steady_sample_s, '.3f', ' s')} | {' | '.join(stages)} | "
                      f"{rehearse._fmt(floor, '.4f', ' s')} | {ratio} |")
     lines += ["", "| tables | cells measured | projected | floor (FLOPs / peak) | projected / floor | "
               "goal (one H100) | verdict |", "|---|---|---|---|---|---|---|"]
@@ -238,10 +270,12 @@ def measure(args, echo=print) -> Iterator[tuple[rehearse.Measured, float | None]
         echo(f"[{name}] model={target.model} task={target.task}, {args.samples} samples")
         t0 = time.monotonic()
         m = rehearse.run_target(target, args, work, args.out.resolve() if args.out else None)
-        flops = target_flops(target, work) if m.status != "skipped" else None
+        if m.status != "skipped":
+            m.extra["flops"] = target_flops(target, work)
         echo(f"[{name}] {m.status}: {rehearse._fmt(m.steady_sample_s, '.3f', ' s')} / sample after "
-             f"{m.warmup_samples} warm-up samples ({time.monotonic() - t0:.0f} s) {m.note}")
-        yield m, flops
+             f"{m.warmup_samples} warm-up samples ({time.monotonic() - t0:.0f} s): {rehearse.stage_split(m.timings)} "
+             f"{m.note}")
+        yield m, m.extra.get("flops", {}).get("total")
 
 
 def summarise(results: list[rehearse.Measured], flops: dict, args) -> Bench:

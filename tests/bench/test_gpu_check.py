@@ -294,7 +294,8 @@ def test_the_hours_targets_share_the_time_box(monkeypatch, tmp_path):
                                            warmup_samples=8, wall_s=5.0, log="")
 
     monkeypatch.setattr(gpu_check.rehearse, "run_target", fake_run_target)
-    monkeypatch.setattr(gpu_check.bench_gpu, "target_flops", lambda target, work: 1.0e9)
+    monkeypatch.setattr(gpu_check.bench_gpu, "target_flops",
+                        lambda target, work: {"total": 1.0e9, "explain": 4.0e8, "forwards": 6.0e8})
     args = gpu_check.parse_args(["--quick", "--device", "cpu", "--targets",
                                  "deit_tiny_imagenet_seg,deit_tiny_imagenet,deit_small_imagenet",
                                  "--work", str(tmp_path / "work")])
