@@ -273,7 +273,12 @@ def test_a_batch_shared_by_processes_has_the_batch_mean_gradient(ft, tmp_path, s
     real = [row for rows, weight in shares for row, w in zip(rows, weight) if w > 0]
     assert real == list(chunk)  # every row once, in order
     averaged = sum(gradient(ft.Processes(rank, size)) for rank in range(size)) / size
-    torch.testing.assert_close(averaged, expected, rtol=1e-5, atol=1e-7)
+    # the shares sum each gradient component in another order: float32 rounding of the largest component's size,
+    # once per share and once for the mean, bounds the gap (gaps up to 1.8e-7 against bounds of 4e-7 to 1.2e-6,
+    # natively and on AVX2 kernels)
+    bound = 2 * (size + 1) * torch.finfo(torch.float32).eps * float(expected.abs().max())
+    gap = float((averaged - expected).abs().max())
+    assert gap <= bound, (gap, bound)
 
 
 # ----------------------------------------------------------------------------------------------- memory check
