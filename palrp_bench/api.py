@@ -206,7 +206,7 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     attribution = attribute(lambda: twin.run(prepared, composite, positional_sinks=sinks, **options), target,
                             starting_relevance=twin.starting_relevance, foil=foil)
     parts = twin.summarize(prepared, attribution)
-    if twin.modality == "tokens":
+    if twin.modality != "pixels":  # text and vision-language models: scores per token
         if correct_sign:
             _correct_sign(parts, attribution.logit)
         switched = embeddings_switch_applies(m, twin.positional.name, twin.modality)

@@ -66,6 +66,7 @@ class ModelKind(Enum):
     classifier = "classifier"
     masked_lm = "masked_lm"
     seq2seq = "seq2seq"
+    vlm = "vlm"
     vit = "vit"
     none = "none"
     auto = "auto"
@@ -75,7 +76,8 @@ class ModelKind(Enum):
 #: ``model_kinds`` in :mod:`palrp_bench.evaluation.tasks`)
 MODEL_KIND_WORDS = {"causal": "a causal language model", "classifier": "a text classifier",
                     "masked_lm": "a masked language model",
-                    "seq2seq": "an encoder-decoder language model", "vit": "an image classifier",
+                    "seq2seq": "an encoder-decoder language model",
+                    "vlm": "a vision-language model (images and text to text)", "vit": "an image classifier",
                     "none": "no model (the harness self-test)"}
 
 

@@ -29,7 +29,7 @@ import torch
 from ..errors import BadInputError
 from . import rules
 
-__all__ = ["PositionalKind", "RoPE", "DecoupledRoPE", "LearnedAbsolute", "ALiBi", "RelativeBias", "Rope2D", "POSITIONAL_KINDS",
+__all__ = ["PositionalKind", "RoPE", "DecoupledRoPE", "MRoPE", "LearnedAbsolute", "ALiBi", "RelativeBias", "Rope2D", "POSITIONAL_KINDS",
            "register_positional", "get_positional", "RopeRelevance", "PositionalRelevance", "AlibiSinks",
            "ALIBI_RULES", "RelativeBiasSinks", "RELATIVE_BIAS_RULES", "real_token_positions"]
 
@@ -183,6 +183,55 @@ class DecoupledRoPE(RoPE):
         """The rotation of the rotary part ``x`` ``[B, H, T, r]`` (``H = 1`` for the shared key) with tables ``[B, T,
         r]``; ``interleaved``: ``x`` holds interleaved pairs, the result the half layout (class docstring)."""
         return RoPE.apply(deinterleave(x) if interleaved else x, cos, sin, product_rule, eps=eps)
+
+
+@register_positional
+class MRoPE(RoPE):
+    """Multimodal RoPE (Qwen2-VL, Qwen2.5-VL): the rotary frequencies of every head are split into sections, each
+    rotated by one coordinate of a 3-D position (temporal, height, width). Text tokens have three equal coordinates
+    (plain RoPE); an image's tokens share the temporal one and take their row and column on the image's token grid.
+
+    * sinks: one fresh leaf copy of ``(cos, sin)`` ``[B, T, d]`` per layer (multi-sink), shared by the q and k sides,
+      as :class:`RoPE` (the library's rotary module builds the tables from the ``[3, B, T]`` positions);
+    * rule: ``x*cos + rot(x)*sin`` with the uniform rule on each product (paper Eq. 10);
+    * identity: per layer and token, ``R(cos) + R(sin) = (R(q~) + R(k~)) / 2``; summed over the dimensions of one
+      section, the same holds for that section's rotated dimensions, so the split by section
+      (:meth:`reduce_sections`) adds up to the per-layer terms.
+    """
+
+    name = "mrope"
+    sinks = "one (cos, sin) leaf pair per layer; its dimensions split into temporal, height and width sections"
+    identity = "R(cos_k) + R(sin_k) = (R(q~_k) + R(k~_k)) / 2 per layer k, and per section of the rotary dimensions"
+    #: the coordinates a section rotates by, in the library's order (section ``i`` takes coordinate ``i % 3``)
+    SECTIONS: ClassVar[tuple[str, ...]] = ("temporal", "height", "width")
+
+    @staticmethod
+    def section_of_dimension(sections, rotary_dim: int, device=None) -> torch.Tensor:
+        """``[rotary_dim]`` long: the coordinate (0 temporal, 1 height, 2 width) each dimension of a ``(cos, sin)``
+        table rotates by. ``sections``: frequencies per section (``rope_parameters["mrope_section"]``, summing to
+        ``rotary_dim / 2``); the frequencies are laid out section after section, section ``i`` reading coordinate
+        ``i % 3``, and the table repeats them for its second half (the half layout of :func:`rules.rotate_half`)."""
+        sections = [int(s) for s in sections]
+        if 2 * sum(sections) != rotary_dim:
+            raise BadInputError(f"mrope_section {sections} covers {2 * sum(sections)} rotary dimensions, the tables "
+                                f"have {rotary_dim}", "use the model's own config (mrope_section sums to head_dim / 2)")
+        half = torch.cat([torch.full((s,), i % 3, dtype=torch.long) for i, s in enumerate(sections)])
+        return torch.cat([half, half]).to(device)
+
+    @classmethod
+    def reduce_sections(cls, cos_relevance: list[torch.Tensor], sin_relevance: list[torch.Tensor], sections,
+                        n_layers: int, batch: int, tokens: int, like: torch.Tensor) -> torch.Tensor:
+        """``[B, L, 3, T]``: per layer, the relevance of the cos and sin sinks ``[B, T, d]`` summed over the dimensions
+        of each coordinate (temporal, height, width); zeros when the tables were constants (empty lists)."""
+        if not cos_relevance:
+            return like.new_zeros(batch, n_layers, 3, tokens)
+        index = cls.section_of_dimension(sections, cos_relevance[0].shape[-1], cos_relevance[0].device)
+        per_layer = []
+        for c, s in zip(cos_relevance, sin_relevance):
+            out = c.new_zeros(c.shape[0], c.shape[1], 3)
+            out.index_add_(2, index, c + s)
+            per_layer.append(out.transpose(1, 2))
+        return torch.stack(per_layer, 1)
 
 
 @register_positional

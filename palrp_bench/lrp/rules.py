@@ -56,6 +56,7 @@ __all__ = [
     "layer_norm",
     "softcap",
     "router_dtype",
+    "float32_at_least",
     "router_gates",
     "attention",
     "rotate_half",
@@ -902,6 +903,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.
     ws = scale_grad(weights, weights_share)
     vs = scale_grad(v, value_share)
     return stabilize(torch.matmul(ws, vs), av_eps)
+
+
+def float32_at_least(dtype: torch.dtype) -> torch.dtype:
+    """``max(dtype, float32)``: where a modeling file computes a step in float32 whatever the model's dtype (a vision
+    tower's rotary products, Qwen2-VL), the twin computes it in float32 for half precision and keeps float64."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def router_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -18,8 +18,10 @@ from ..errors import BadInputError
 
 #: the attributor of LRP rows (one forward + one backward under a composite, :mod:`palrp_bench.lrp.attribution`)
 LRP = "lrp"
-#: input modalities of the model twins (``twin.modality``)
-MODALITIES = ("tokens", "pixels")
+#: input modalities of the model twins (``twin.modality``): text, images, or both (vision-language models)
+MODALITIES = ("tokens", "pixels", "image_text")
+#: the modalities of the methods that are not one LRP pass (the attributors drive text and vision twins only)
+ATTRIBUTOR_MODALITIES = ("tokens", "pixels")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class Method:
     * ``params``: the attributor's hyperparameters and their defaults (the keys a task may override).
     * ``dataset_params``: per ``task.dataset`` (``imdb``, ``wikipedia``, ``imagenet``, ``squad``), the values the AttnLRP paper
       chose for that dataset (the captions of its Tables 5-7), applied before a task's own.
-    * ``modalities``: the twin modalities the method is defined for (``tokens``, ``pixels``).
+    * ``modalities``: the twin modalities the method is defined for (``tokens``, ``pixels``, ``image_text``; the
+      default: text and vision twins, which the attributors drive; the LRP rows take vision-language twins too).
     * ``refused_model_kinds``: model kinds (``configs/model/*.yaml`` ``kind``) the method never runs on, with the
       reason and the fix (``alti_logit``: masked LMs, post-norm encoders); the plan refuses such a cell before any
       model loads (:meth:`check_model_kind`). Models of another kind the method cannot explain are refused by the
@@ -56,7 +59,7 @@ class Method:
     attributor: str = LRP
     params: Mapping[str, object] = field(default_factory=dict)
     dataset_params: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    modalities: tuple[str, ...] = MODALITIES
+    modalities: tuple[str, ...] = ATTRIBUTOR_MODALITIES
     refused_model_kinds: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     source: str = ""
 
@@ -139,18 +142,20 @@ def register_method(method: Method) -> Method:
 
 
 register_method(Method("attnlrp", "AttnLRP: semantic relevance, positional encoding treated as constant",
-                       paper_row="AttnLRP"))
+                       paper_row="AttnLRP", modalities=MODALITIES))
 register_method(Method("pe_only", "positional relevance only (PA-LRP sinks, semantic part dropped)",
-                       positional_sinks=True, use_semantic=False, use_positional=True, paper_row="PE only"))
+                       positional_sinks=True, use_semantic=False, use_positional=True, paper_row="PE only",
+                       modalities=MODALITIES))
 register_method(Method("pa_lrp", "PA-LRP: semantic + positional relevance (multi-sink, |per-layer terms|)",
-                       positional_sinks=True, use_semantic=True, use_positional=True, paper_row="Ours"))
+                       positional_sinks=True, use_semantic=True, use_positional=True, paper_row="Ours",
+                       modalities=MODALITIES))
 register_method(Method("pa_lrp_no_multisink", "PA-LRP ablation: per-layer positional terms summed signed",
                        positional_sinks=True, use_semantic=True, use_positional=True, positional_abs=False,
-                       paper_row="w/o multi-sink"))
+                       paper_row="w/o multi-sink", modalities=MODALITIES))
 register_method(Method("grad_x_input", "plain Gradient x Input (baseline; the cost floor)",
-                       composite="grad_x_input", paper_row="Input×Gradient"))
+                       composite="grad_x_input", paper_row="Input×Gradient", modalities=MODALITIES))
 register_method(Method("cp_lrp", "CP-LRP: attention weights and gates constant (baseline)", composite="cp_lrp",
-                       paper_row="CP-LRP (ε-rule)"))
+                       paper_row="CP-LRP (ε-rule)", modalities=MODALITIES))
 
 # -- the ViT composites of the AttnLRP paper (appendix B.4): gamma rules with its own values ----------------------
 register_method(Method("attnlrp_gamma_b4", "AttnLRP with the AttnLRP paper's ViT composite (gamma 0.25 conv, 0.05 "

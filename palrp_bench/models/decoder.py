@@ -335,6 +335,11 @@ class DecoderTwin(Twin):
         if spec is None or head is None:
             raise UnsupportedModelError(f"no decoder spec for {type(model).__name__}",
                                         f"supported: {self.family()}")
+        self._wrap(model, spec, head)
+
+    def _wrap(self, model, spec: DecoderSpec, head: str) -> None:
+        """Wrap ``model``'s language model as ``spec`` reads it, with a ``head`` of :data:`HEADS` (refusals in one
+        line)."""
         unsupported = spec.problems()
         if unsupported:
             raise UnsupportedModelError(f"decoder spec {spec.family}: {', '.join(unsupported)} not implemented",
@@ -451,7 +456,8 @@ class DecoderTwin(Twin):
                 composite: Composite, *, positional_sinks: bool, causal: bool = True,
                 attention: str = "sdpa", recorder: rules.AttentionRecorder | None = None,
                 position_ids: torch.Tensor | None = None, return_all_logits: bool = False,
-                stabilizers: Stabilizers = NONE, checkpoint: str = "none") -> TwinOutput:
+                stabilizers: Stabilizers = NONE, checkpoint: str = "none",
+                image_groups: torch.Tensor | None = None) -> TwinOutput:
         """One LRP-aware forward from the embedding leaf to the logits at ``last_index``.
 
         ``causal=False`` reproduces the official code's defect for ARC/Wikipedia (docs/protocol.md section 2:
@@ -460,6 +466,9 @@ class DecoderTwin(Twin):
         ``stabilizers``: epsilon-rule stabilisers (module docstring); the forward values are the same for any.
         ``checkpoint="layers"``: each layer recomputed in the backward (:mod:`palrp_bench.lrp.recompute`); the head
         reads the explained positions only, so no ``[T, vocab]`` tensor exists (unless ``return_all_logits``).
+        ``position_ids``: ``[B, T]``, or ``[3, B, T]`` for M-RoPE (the rotary module reads them); None = counted over
+        real tokens. ``image_groups``: ``[B, T]`` long, the image each token belongs to (-1: none); the tokens of one
+        image see each other whatever their order (Gemma 3's image blocks; causal attention otherwise).
         """
         stab = stabilizers
         b, t, _ = embeds.shape
@@ -467,7 +476,9 @@ class DecoderTwin(Twin):
             attention_mask = torch.ones(b, t, dtype=torch.long, device=embeds.device)
         if position_ids is None:
             position_ids = self.position_ids(attention_mask)
-        masks = {window: _attention_mask(attention_mask, window, causal) for window in set(self.windows)}
+        masks = {window: _attention_mask(attention_mask, window, causal, image_groups) for window in set(self.windows)}
+        if image_groups is not None and causal:
+            causal = False  # the masks hold the causal constraint with the image blocks
         with torch.no_grad():
             if self.spec.rope_tables == "per_layer_type":
                 tables = {kind: self.rotary(embeds, position_ids, kind) for kind in set(self.layer_types)}
@@ -608,9 +619,13 @@ class DecoderTwin(Twin):
         return recompute.tokenwise(lambda x: rules.residual(x, mlp_branch(x), stab.add), x)
 
 
-def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True
-                    ) -> torch.Tensor | None:
+def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, causal: bool = True,
+                    groups: torch.Tensor | None = None) -> torch.Tensor | None:
     """Boolean ``[B, 1, T, T]`` mask (True = attend), or None when nothing is padded and there is no window.
+
+    ``groups`` (``[B, T]`` long, -1 outside any group): with ``causal``, the mask holds the causal constraint itself,
+    widened so that the tokens of one group see each other (the library's ``OR(causal, blockwise)``, Gemma 3's images);
+    a window still bounds the keys from below (``AND(sliding_window, OR(causal, blockwise))``).
 
     Key padding: every query row keeps its own position so fully padded rows (left padding) never produce NaN; pad
     rows never influence real tokens because their keys are masked. Sliding window ``w`` (Hugging Face's overlay):
@@ -620,6 +635,11 @@ def _attention_mask(attention_mask: torch.Tensor, window: int | None = None, cau
     """
     t = attention_mask.shape[1]
     mask = key_padding_mask(attention_mask)
+    if groups is not None and causal:
+        i = torch.arange(t, device=attention_mask.device)
+        same = (groups[:, :, None] == groups[:, None, :]) & (groups[:, :, None] >= 0)
+        visible = ((i[:, None] >= i[None, :])[None] | same)[:, None]
+        mask = visible if mask is None else mask & visible
     if window is not None:
         i = torch.arange(t, device=attention_mask.device)
         offset = i[:, None] - i[None, :]

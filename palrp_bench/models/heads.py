@@ -8,7 +8,8 @@ __all__ = ["AUTO_CLASSES", "auto_class"]
 
 #: the ``transformers`` auto class of each text ``model.kind`` (the head)
 AUTO_CLASSES = {"causal": "AutoModelForCausalLM", "classifier": "AutoModelForSequenceClassification",
-                "masked_lm": "AutoModelForMaskedLM", "seq2seq": "AutoModelForSeq2SeqLM"}
+                "masked_lm": "AutoModelForMaskedLM", "seq2seq": "AutoModelForSeq2SeqLM",
+                "vlm": "AutoModelForImageTextToText"}
 
 
 def auto_class(kind: str):

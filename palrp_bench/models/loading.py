@@ -47,9 +47,10 @@ def load_hf_model(name_or_path: str, *, kind: str = "causal", dtype: str = "bflo
     """Load a Hugging Face model with an LM or classification head from the hub or a local folder.
 
     ``kind``: ``causal`` (``AutoModelForCausalLM``), ``classifier`` (``AutoModelForSequenceClassification``, pad =
-    eos when the model has no pad token, as the official IMDB setup), ``masked_lm`` (``AutoModelForMaskedLM``) or
-    ``seq2seq`` (``AutoModelForSeq2SeqLM``: T5, Flan-T5). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row
-    "LLaMA-2 7B quantized"). Errors (offline hub, missing folder) become one-line :class:`MissingDataError`.
+    eos when the model has no pad token, as the official IMDB setup), ``masked_lm`` (``AutoModelForMaskedLM``),
+    ``seq2seq`` (``AutoModelForSeq2SeqLM``: T5, Flan-T5) or ``vlm`` (``AutoModelForImageTextToText``: Qwen2-VL,
+    LLaVA, Gemma 3). ``quantization="nf4"``: bitsandbytes 4-bit NF4 with double quantization (Table 1 row "LLaMA-2
+    7B quantized"). Errors (offline hub, missing folder) become one-line :class:`MissingDataError`.
     """
     import torch
     import transformers

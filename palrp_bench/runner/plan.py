@@ -203,7 +203,7 @@ class Job:
 
 #: the twin modality of each model kind (``Method.modalities``)
 MODEL_MODALITY = {"vit": "pixels", "classifier": "tokens", "causal": "tokens", "masked_lm": "tokens",
-                  "seq2seq": "tokens"}
+                  "seq2seq": "tokens", "vlm": "image_text"}
 
 
 def _to_object(node, schema):
