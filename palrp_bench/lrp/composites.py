@@ -23,8 +23,13 @@ forward. The rules themselves live in :mod:`palrp_bench.lrp.rules`.
   attention (MLP, head), epsilon on the attention input projections (``qkv``) and output projection. They differ
   from ``attnlrp_gamma`` only in the convolution's gamma (0.25 instead of 100).
 
+* ``attnlrp_vision_gamma`` -- AttnLRP with those B.4 values on a vision-language model's vision tower and projector
+  (gamma 0.25 on the patch embedding, 0.05 on the tower's MLP and the projector's linears), the language model
+  unchanged. A tower's gamma values may need choosing per layer group, so each group is a role of its own.
+
 Linear-layer roles (``linear_gamma`` keys) are named by the twins (a ViT has ``patch_embed``, ``qkv``,
-``attn_out``, ``mlp``, ``head``); a twin refuses a composite naming a role it does not have.
+``attn_out``, ``mlp``, ``head``; a vision-language model ``vision_patch_embed``, ``vision_qkv``, ``vision_attn_out``,
+``vision_mlp``, ``projector``); a twin refuses a composite naming a role it does not have.
 """
 from __future__ import annotations
 
@@ -104,9 +109,15 @@ CP_LRP_GAMMA_B4 = Composite("cp_lrp_gamma_b4", activation="constant", norm="iden
                             attn_weights_share=0.0, attn_value_share=1.0, attn_qk_share=0.5, router="constant",
                             linear_gamma=GAMMA_B4)
 
+#: AttnLRP with the AttnLRP paper's ViT gamma values (appendix B.4) on a vision-language model's vision tower and
+#: projector (the roles of :data:`palrp_bench.models.vision_towers.GAMMA_ROLES`): conv 0.25, the tower's MLP
+#: linears and the projector's 0.05, epsilon on the tower's attention projections and in the language model
+ATTNLRP_VISION_GAMMA = Composite("attnlrp_vision_gamma",
+                                 linear_gamma={"vision_patch_embed": 0.25, "vision_mlp": 0.05, "projector": 0.05})
+
 COMPOSITES: dict[str, Composite] = {c.name: c for c in (ATTNLRP, ATTNLRP_CONSTANT_ROUTER, CP_LRP, GRAD_X_INPUT,
                                                         OFFICIAL_VIT, ATTNLRP_GAMMA, ATTNLRP_GAMMA_B4,
-                                                        CP_LRP_GAMMA_B4)}
+                                                        CP_LRP_GAMMA_B4, ATTNLRP_VISION_GAMMA)}
 
 
 def register_composite(composite: Composite) -> Composite:

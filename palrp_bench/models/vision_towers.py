@@ -327,9 +327,11 @@ class ViTEncoderTower:
     def dtype(self) -> torch.dtype:
         return self.embeddings.patch_embedding.weight.dtype
 
-    def layout(self, n_images: int, token_grid_of) -> ImageLayout:
-        """:class:`ImageLayout` of ``n_images`` square images; ``token_grid_of(patch_side) -> (rows, columns, k)``:
-        the projector's token grid, each token pooling ``k x k`` patches (LLaVA: one patch per token)."""
+    def layout(self, pixel_values: torch.Tensor, token_grid_of) -> ImageLayout:
+        """:class:`ImageLayout` of the square images ``pixel_values`` ``[n, C, H, W]`` (checked);
+        ``token_grid_of(patch_side) -> (rows, columns, k)``: the projector's token grid, each token pooling ``k x k``
+        patches (LLaVA: one patch per token)."""
+        n_images = len(self.check_pixels(pixel_values))
         side = self.image_size // self.patch_size
         rows, cols, k = token_grid_of(side)
         r = torch.arange(side)[:, None].expand(side, side).flatten()
@@ -360,6 +362,11 @@ class ViTEncoderTower:
         return torch.stack([rows, torch.zeros_like(rows)], 1)[:, None]
 
     def prepare_pixels(self, pixel_values: torch.Tensor, layout: ImageLayout) -> torch.Tensor:
+        """The images ``[n, C, H, W]`` as they are (checked by :meth:`layout`)."""
+        return self.check_pixels(pixel_values)
+
+    def check_pixels(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``pixel_values`` ``[n, C, H, W]`` of the tower's image size, else a one-line error."""
         if pixel_values.dim() != 4 or pixel_values.shape[1] != self.in_channels:
             raise BadInputError(f"pixel_values must have shape [images, {self.in_channels}, H, W], got "
                                 f"{tuple(pixel_values.shape)}", "pass what the model's image processor returns")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from palrp_bench import explain
-from palrp_bench.errors import BadInputError
+from palrp_bench.errors import BadInputError, UnsupportedModelError
 from palrp_bench.lrp.composites import ATTNLRP, Composite
 from palrp_bench.models.vlm import VisionLanguageTwin
 from models.tiny_vlms import (FAMILIES, IMAGE, batch_inputs, image_token_count, inputs_of, library_logits, make_vlm,
@@ -290,3 +290,55 @@ def test_refusals_are_one_line():
     with pytest.raises(BadInputError, match="image_text"):
         explain(model, inputs, method="integrated_gradients")
     assert image_token_count("qwen2_vl", random_images(1, (4, 6), "qwen2_vl")[0]) == 6
+
+
+def test_llava_reads_the_selected_feature_layer():
+    """Parity is evidence for ``vision_feature_layer`` only if the layer changes the logits: the last one does; the CLS
+    token and its position row receive relevance (reported apart)."""
+    model = make_vlm("llava")
+    inputs = inputs_of("llava", 2)
+    ref = library_logits(model, inputs)
+    with torch.no_grad():
+        changed = model(**inputs, vision_feature_layer=-1).logits
+    assert (ref - changed)[real(inputs)].abs().max() > 1e-3
+    e = explain(model, inputs, method="pa_lrp")
+    assert e.extras["cls_semantic"].abs().min() > 0 and e.extras["cls_positional"].abs().min() > 0
+
+
+def test_llava_reads_any_decoder_language_model():
+    model = make_vlm("llava", model_type="qwen2")
+    inputs = inputs_of("llava", 2)
+    out = twin_logits(model, inputs)
+    ref = library_logits(model, inputs)
+    assert type(model.model.language_model).__name__ == "Qwen2Model"
+    assert (out.all_logits - ref)[real(inputs)].abs().max() < F32_TOL
+
+
+@pytest.mark.parametrize("field,value,needle", [("vision_feature_layer", [-2, -1], "several layers"),
+                                                ("vision_feature_select_strategy", "full", "'full'")])
+def test_llava_configurations_it_does_not_reproduce_are_refused(field, value, needle):
+    model = make_vlm("llava")
+    setattr(model.config, field, value)
+    with pytest.raises(UnsupportedModelError) as err:
+        explain(model, inputs_of("llava", 1), method="pa_lrp")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_named_vision_gamma_composite_on_a_clip_tower():
+    """``attnlrp_vision_gamma`` (the AttnLRP paper's ViT values on the tower and projector): the gamma rule on CLIP's
+    patch convolution and MLPs; with CP-LRP's sharing and no biases it still conserves (the gamma rule does)."""
+    model = make_vlm("llava", dtype=torch.float64)
+    inputs = inputs_of("llava", 1, dtype=torch.float64)
+    plain, gamma = (explain(model, inputs, method="attnlrp", rules=r) for r in ("attnlrp", "attnlrp_vision_gamma"))
+    image = plain.extras["image_mask"]
+    assert torch.isfinite(gamma.scores).all()
+    assert not torch.allclose(plain.semantic[image], gamma.semantic[image], atol=1e-6)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+    conserving = Composite("cp_vision_gamma_test", activation="constant", attn_weights_share=0.0, attn_value_share=1.0,
+                           router="constant", linear_gamma={"vision_patch_embed": 0.25, "vision_mlp": 0.05,
+                                                            "projector": 0.05})
+    e = explain(model, inputs, method="cp_lrp", rules=conserving)
+    assert e.extras["absorbed"].abs().max() < 1e-10

@@ -44,6 +44,13 @@ FAMILIES: dict[str, dict] = {
                     fullatt_block_indexes=[1]),
         extra=dict(image_token_id=IMAGE, video_token_id=94, vision_start_token_id=VISION_START,
                    vision_end_token_id=VISION_END)),
+    "llava": dict(
+        config="LlavaConfig", model="LlavaForConditionalGeneration", patch=4, merge=1, grids=[(4, 4)],
+        # vision_feature_layer -2 of 3 CLIP layers: the second layer's output; a GQA LLaMA language model
+        text=dict(model_type="llama", num_attention_heads=4, num_key_value_heads=2),
+        vision=dict(model_type="clip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                    num_attention_heads=2, image_size=16, patch_size=4),
+        extra=dict(image_token_id=IMAGE, vision_feature_layer=-2, projector_hidden_act="gelu")),
 }
 #: grids of the test images (rows, columns of patches; multiples of the merge size), per sample of a batch
 GRIDS = [(4, 6), (6, 4), (4, 4)]
@@ -76,8 +83,10 @@ def random_images(n: int, grid: tuple[int, int], family: str, seed: int = 0, dty
 
 def pixel_values_of(family: str, images: list[torch.Tensor]) -> dict:
     """What the family's image processor makes of normalised images ``[3, H, W]`` (differentiable in them):
-    Qwen2-VL's ``patchify`` rows and ``image_grid_thw``."""
+    Qwen2-VL's ``patchify`` rows and ``image_grid_thw``; the images themselves for the other families."""
     spec = FAMILIES[family]
+    if not family.startswith("qwen"):
+        return {"pixel_values": torch.stack(images)}
     processor = transformers.Qwen2VLImageProcessor()
     rows, grids = [], []
     for image in images:
@@ -120,15 +129,17 @@ def batch_inputs(family: str, ids: list[torch.Tensor], images: list[torch.Tensor
     out = {"input_ids": input_ids, "attention_mask": mask}
     if images:
         out.update(pixels if pixels is not None else pixel_values_of(family, images))
-        out["mm_token_type_ids"] = (input_ids == IMAGE).long()
+        if family.startswith("qwen"):
+            out["mm_token_type_ids"] = (input_ids == IMAGE).long()
     return out
 
 
 def samples(family: str, n: int = 2, seed: int = 0, dtype=torch.float32):
     """``n`` samples ``(ids, image)`` of different text lengths and image grids."""
     out = []
+    grids = FAMILIES[family].get("grids", GRIDS)
     for i in range(n):
-        image = random_images(1, GRIDS[i % len(GRIDS)], family, seed=seed + i, dtype=dtype)[0]
+        image = random_images(1, grids[i % len(grids)], family, seed=seed + i, dtype=dtype)[0]
         out.append((sample_ids(family, image, 2 + i, 3 + 2 * i, seed=seed + i), image))
     return out
 
