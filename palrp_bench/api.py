@@ -180,6 +180,8 @@ def explain(model, inputs, attention_mask=None, method="pa_lrp", target=None, ag
     check_embeddings(embeddings)
     m = get_method(method)
     twin = twin_for(model)
+    if not m.is_lrp and twin.modality == "image_text":  # text-only inputs: the language model's own twin
+        twin = twin.language_twin(inputs)
     m.check_modality(twin.modality)
     if check_checkpoint(checkpoint) != "none":  # a twin option; left out where it is the default
         if not getattr(twin, "checkpointing", False):

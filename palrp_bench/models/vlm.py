@@ -27,6 +27,7 @@ of each image's tokens out on its grid (``extras["image_scores"]``: the heatmap)
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar
 
@@ -202,6 +203,21 @@ class VisionLanguageTwin(DecoderTwin):
     @property
     def official_code_ran(self) -> bool:
         return False
+
+    def language_twin(self, inputs) -> DecoderTwin:
+        """The decoder twin of the language model alone, for methods that drive text twins only (the attributors):
+        text-only inputs of a vision-language model are its language model's (no image token, no pixels). Inputs
+        holding images are refused in one line."""
+        pixel_values = inputs.get("pixel_values") if isinstance(inputs, Mapping) else None
+        ids = inputs.get("input_ids") if isinstance(inputs, Mapping) else inputs
+        if pixel_values is not None or bool((torch.as_tensor(ids) == self.image_token_id).any()):
+            raise BadInputError(f"{type(self.model).__name__} with images is explained by the LRP methods only (the "
+                                "baselines perturb text embeddings or pixels, not both)",
+                                "use an LRP method (pa_lrp, attnlrp, cp_lrp, grad_x_input, ...) or text-only inputs")
+        text = DecoderTwin.__new__(DecoderTwin)
+        text._wrap(self.model, self.spec, "causal")
+        text.final_softcap = None
+        return text
 
     def check_composite(self, composite: Composite) -> Composite:
         """Refuse composites naming gamma roles this twin does not have (they would be silently ignored)."""

@@ -20,6 +20,8 @@ from palrp_bench import explain
 from palrp_bench.errors import UnsupportedModelError
 from palrp_bench.lrp.composites import ATTNLRP, GRAD_X_INPUT
 from palrp_bench.models.decoder import DECODER_SPECS, DecoderTwin, spec_for
+from palrp_bench.models.registry import twin_for
+from palrp_bench.models.vlm import VisionLanguageTwin
 from models.tiny_families import (FAMILIES, MOE_FAMILIES, VOCAB, WINDOW, family_config, make_model, random_ids,
                                   variants)
 from reference.library_numerics import emulate_library_float32_steps
@@ -225,8 +227,9 @@ def test_gemma3_layers_use_their_own_rope_table():
 
 
 def test_gemma3_multimodal_model_is_explained_on_text():
-    """``Gemma3ForConditionalGeneration`` (e.g. Gemma 3 4B) on text only: the language model at
-    ``model.language_model``, no logit soft-capping (its head applies none)."""
+    """``Gemma3ForConditionalGeneration`` (e.g. Gemma 3 4B) on text only: the vision-language twin's language model at
+    ``model.language_model``, no logit soft-capping (its head applies none); the baselines get its decoder twin
+    (tests/models/test_vlm_families.py explains it with images)."""
     text = family_config("gemma3")
     vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                              num_attention_heads=2, image_size=16, patch_size=8)
@@ -236,11 +239,15 @@ def test_gemma3_multimodal_model_is_explained_on_text():
     model = transformers.Gemma3ForConditionalGeneration(cfg).eval()
     ids = random_ids(2, 10) % (VOCAB - 3)
     ids[:, 0] = 1
-    out, _ = twin_logits(model, ids)
-    ref = library_logits(model, ids)
-    assert spec_for(model).family == "gemma3_multimodal"
-    assert max_diff(out, ref, "causal") < F32_TOL
+    twin = twin_for(model)
+    assert isinstance(twin, VisionLanguageTwin)
+    language = twin.language_twin({"input_ids": ids})
+    out = language.forward(language.embed(ids), None, language.last_index(ids, None), ATTNLRP, positional_sinks=True,
+                           return_all_logits=True)
+    assert language.spec.family == "gemma3" and language.final_softcap is None
+    assert max_diff(out, library_logits(model, ids), "causal") < F32_TOL
     assert explain(model, ids, method="pa_lrp").positional.abs().max() > 0
+    assert torch.isfinite(explain(model, ids, method="gradient_l2").scores).all()
 
 
 def one_line_refusal(model, *needles):

@@ -21,6 +21,11 @@ from reference.library_numerics import emulate_library_float32_steps
 F32_TOL = 1e-5
 F64_TOL = 1e-10
 ALL = sorted(FAMILIES)
+#: Gradient x Input in float64, relative to the largest value: Gemma 3's projector norm rounds its output to float32 in
+#: the library (``Gemma3RMSNorm``, emulated here), and the float64 differences of the tower in front of it (the twin's
+#: LayerNorm computes the mean and variance itself) can move one element across a float32 rounding boundary: one
+#: float32 step (measured 1.6e-7 on a value of 2.3); every other family's float32 steps see identical inputs
+GXI_RTOL = {"gemma3": 1e-6}
 
 
 def twin_logits(model, inputs, attention="sdpa"):
@@ -107,12 +112,14 @@ def test_gradient_x_input_equals_autograd_on_the_library_model(monkeypatch, fami
     image_mask = inputs["input_ids"] == IMAGE
     keep = real(inputs) & ~image_mask
     assert ours.semantic.dtype == torch.float64
-    assert (ours.semantic[keep] - text[keep]).abs().max() < F64_TOL
+    scale = max(float(text[keep].abs().max()), max(float(p.abs().max()) for p in pixels))
+    tol = max(F64_TOL, GXI_RTOL.get(family, 0.0) * scale)
+    assert (ours.semantic[keep] - text[keep]).abs().max() < tol
     assert text[keep].abs().max() > 1e-3
     for i, theirs in enumerate(pixels):
         h, w = theirs.shape
-        assert (ours.extras["image_pixel_semantic"][i, :h, :w] - theirs).abs().max() < F64_TOL
-        assert (ours.semantic[i][image_mask[i]].sum() - theirs.sum()).abs() < F64_TOL
+        assert (ours.extras["image_pixel_semantic"][i, :h, :w] - theirs).abs().max() < tol
+        assert (ours.semantic[i][image_mask[i]].sum() - theirs.sum()).abs() < tol * theirs.numel() ** 0.5
         assert theirs.abs().max() > 1e-4
 
 
@@ -287,7 +294,7 @@ def test_refusals_are_one_line():
     refused({**short, "input_ids": torch.where(short["input_ids"] == IMAGE, 5, short["input_ids"]),
              "mm_token_type_ids": torch.zeros_like(short["input_ids"])}, "image tokens")
     refused({**inputs, "labels": inputs["input_ids"]}, "labels")
-    with pytest.raises(BadInputError, match="image_text"):
+    with pytest.raises(BadInputError, match="LRP methods only"):
         explain(model, inputs, method="integrated_gradients")
     assert image_token_count("qwen2_vl", random_images(1, (4, 6), "qwen2_vl")[0]) == 6
 
@@ -342,3 +349,17 @@ def test_the_named_vision_gamma_composite_on_a_clip_tower():
                                                             "projector": 0.05})
     e = explain(model, inputs, method="cp_lrp", rules=conserving)
     assert e.extras["absorbed"].abs().max() < 1e-10
+
+
+def test_gemma3_image_blocks_are_exercised():
+    """Gemma 3's image tokens see their whole image when ``token_type_ids`` are given (as the processor returns them),
+    causal attention without them: the two differ, and the twin follows the library either way."""
+    model = make_vlm("gemma3")
+    inputs = inputs_of("gemma3", 2)
+    causal = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+    ref, ref_causal = library_logits(model, inputs), library_logits(model, causal)
+    keep = real(inputs)
+    assert (ref - ref_causal)[keep].abs().max() > 1e-3
+    assert (twin_logits(model, causal).all_logits - ref_causal)[keep].abs().max() < F32_TOL
+    model.config.text_config.sliding_window = 64  # no window: the window's bound on the image blocks mattered
+    assert (library_logits(model, inputs) - ref)[keep].abs().max() > 1e-3

@@ -1,4 +1,5 @@
-"""Tiny random vision-language models of every family the twin covers, and processor-like inputs for them.
+"""Tiny random vision-language models of every family the twin covers (Qwen2-VL, Qwen2.5-VL, LLaVA, Gemma 3), and
+processor-like inputs for them.
 
 One registry (:data:`FAMILIES`) drives every vision-language test module: per family the config and model classes
 and the options that exercise what the family adds (Qwen2-VL: M-RoPE sections of unequal width, images of several
@@ -51,6 +52,18 @@ FAMILIES: dict[str, dict] = {
         vision=dict(model_type="clip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=3,
                     num_attention_heads=2, image_size=16, patch_size=4),
         extra=dict(image_token_id=IMAGE, vision_feature_layer=-2, projector_hidden_act="gelu")),
+    "gemma3": dict(
+        config="Gemma3Config", model="Gemma3ForConditionalGeneration", patch=2, merge=2, grids=[(8, 8)], tokens=16,
+        # 8 x 8 SigLIP patches pooled 2 x 2 into 16 tokens; a sliding window (4) shorter than an image's tokens, so
+        # its lower bound cuts through the image blocks; two RoPE tables
+        text=dict(model_type="gemma3_text", num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                  query_pre_attn_scalar=24, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                   "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}),
+        vision=dict(model_type="siglip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, image_size=16, patch_size=2),
+        extra=dict(mm_tokens_per_image=16, image_token_id=IMAGE, boi_token_index=VISION_START,
+                   eoi_token_index=VISION_END)),
 }
 #: grids of the test images (rows, columns of patches; multiples of the merge size), per sample of a batch
 GRIDS = [(4, 6), (6, 4), (4, 4)]
@@ -67,6 +80,10 @@ def make_vlm(family: str, dtype=torch.float32, seed: int = 0, attn: str = "sdpa"
     torch.manual_seed(seed)
     model = getattr(transformers, spec["model"])(cfg)
     perturb_norms_and_biases(model)
+    with torch.no_grad():  # Gemma 3 initialises its projection to zeros, which would cut the image off
+        for name, p in model.named_parameters():
+            if name.endswith("mm_input_projection_weight"):
+                p.normal_(0.0, 0.2)
     model = model.to(dtype).eval()
     model.config._attn_implementation = attn
     for sub in (cfg.text_config, cfg.vision_config):
@@ -99,6 +116,8 @@ def pixel_values_of(family: str, images: list[torch.Tensor]) -> dict:
 
 def image_token_count(family: str, image: torch.Tensor) -> int:
     spec = FAMILIES[family]
+    if "tokens" in spec:
+        return spec["tokens"]
     h, w = image.shape[-2] // spec["patch"], image.shape[-1] // spec["patch"]
     return h * w // spec["merge"] ** 2
 
@@ -131,6 +150,8 @@ def batch_inputs(family: str, ids: list[torch.Tensor], images: list[torch.Tensor
         out.update(pixels if pixels is not None else pixel_values_of(family, images))
         if family.startswith("qwen"):
             out["mm_token_type_ids"] = (input_ids == IMAGE).long()
+        if family == "gemma3":  # the processor's name for them; the library's mask reads them
+            out["token_type_ids"] = (input_ids == IMAGE).long()
     return out
 
 
