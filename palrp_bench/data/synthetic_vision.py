@@ -64,7 +64,7 @@ ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "vision"
 TINY_VIT_NAME = "tiny_vit_synthetic"
 
 
-def _hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
+def hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
     """One HSV colour (all in [0, 1]) to RGB in [0, 1]."""
     i = int(h * 6.0) % 6
     f = h * 6.0 - int(h * 6.0)
@@ -72,7 +72,7 @@ def _hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
     return np.array([(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)][i], dtype=np.float32)
 
 
-def _shape_mask(shape: str, cy: float, cx: float, r: float, size: int) -> np.ndarray:
+def shape_mask(shape: str, cy: float, cx: float, r: float, size: int) -> np.ndarray:
     """Boolean ``[size, size]`` mask of one shape with centre ``(cy, cx)`` and half-size ``r`` (pixel centres
     at ``k + 0.5``)."""
     y, x = np.mgrid[0:size, 0:size].astype(np.float32) + 0.5
@@ -90,22 +90,29 @@ def _shape_mask(shape: str, cy: float, cx: float, r: float, size: int) -> np.nda
     raise BadInputError(f"unknown synthetic shape {shape!r}", f"use one of {SYNTHETIC_SHAPES}")
 
 
-def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, int, dict]:
-    """Draw one image ``[3, size, size]`` in [0, 1], its object mask, its class and metadata."""
+def draw_background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``[3, size, size]``: a low-saturation gradient between two random colours along a random direction, cluttered
+    with small low-saturation rectangles of any hue and brightness (what objects are drawn on)."""
     # Background: a low-saturation gradient between two random colours along a random direction.
-    c0 = _hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.35), rng.uniform(0.35, 0.9))
-    c1 = _hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.35), rng.uniform(0.35, 0.9))
+    c0 = hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.35), rng.uniform(0.35, 0.9))
+    c1 = hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.35), rng.uniform(0.35, 0.9))
     angle = rng.uniform(0, 2 * np.pi)
     y, x = np.mgrid[0:size, 0:size].astype(np.float32) / (size - 1)
     t = np.clip(0.5 + (np.cos(angle) * (x - 0.5) + np.sin(angle) * (y - 0.5)), 0.0, 1.0)
     image = (1 - t)[None] * c0[:, None, None] + t[None] * c1[:, None, None]
 
-    # Clutter: small low-saturation rectangles of any hue and brightness, drawn under the object.
+    # Clutter: small low-saturation rectangles of any hue and brightness, drawn under the objects.
     for _ in range(int(rng.integers(_CLUTTER_COUNT[0], _CLUTTER_COUNT[1] + 1))):
         h, w = (int(v) for v in rng.integers(_CLUTTER_SIDE[0], _CLUTTER_SIDE[1] + 1, size=2))
         top, left = int(rng.integers(0, size - h + 1)), int(rng.integers(0, size - w + 1))
-        image[:, top:top + h, left:left + w] = _hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.3),
+        image[:, top:top + h, left:left + w] = hsv_to_rgb(rng.random(), rng.uniform(0.0, 0.3),
                                                            rng.uniform(0.1, 1.0))[:, None, None]
+    return image
+
+
+def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray, int, dict]:
+    """Draw one image ``[3, size, size]`` in [0, 1], its object mask, its class and metadata."""
+    image = draw_background(rng, size)
 
     # The object: a saturated shape of random form, fully visible, whose centre lies in one half of the image,
     # _SIDE_MARGIN to min(r, 31 - r) px from the vertical midline (so the shape reaches it and mostly crosses
@@ -118,9 +125,9 @@ def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray
     offset = float(rng.uniform(_SIDE_MARGIN, min(r, size / 2 - r - 1)))
     cx = size / 2 + (offset if side else -offset)
     cy = float(rng.uniform(r + 1, size - r - 1))
-    mask = _shape_mask(shape, cy, cx, r, size)
+    mask = shape_mask(shape, cy, cx, r, size)
     hue = (SYNTHETIC_COLOUR_HUES[colour_index] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
-    colour = _hsv_to_rgb(hue, rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
+    colour = hsv_to_rgb(hue, rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
     shade = 1.0 + 0.08 * rng.standard_normal((1, size, size)).astype(np.float32)  # mild texture
     image = np.where(mask[None], colour[:, None, None] * shade, image)
 

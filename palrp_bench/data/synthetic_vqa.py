@@ -1,0 +1,235 @@
+"""Embedded grounded visual questions about the synthetic shapes, and the tiny vision-language model trained on them
+(offline stand-ins for RefCOCO-style data and a real VLM; docs/evaluation.md "Visual question answering").
+
+Each image is ``64 x 64`` RGB: the low-saturation gradient and clutter of the synthetic vision suite
+(:func:`palrp_bench.data.synthetic_vision.draw_background`) with two or three saturated objects of different shapes
+(disk, square, triangle, cross) and different colour families (red, yellow, green, blue), none overlapping, each
+centre at least 4 pixels from the vertical midline. One question is asked about one of them:
+
+* ``what colour is the <shape> ?`` -- the answer its colour, the foil the colour of another object of the image;
+* ``which side is the <shape> on ?`` -- the answer the half holding its centre (``left`` / ``right``), the foil the
+  other half: the content of a patch cannot tell, the position has to.
+
+The evidence is the asked object's mask (its box in ``box``). Samples are deterministic: sample ``i`` of ``(seed,
+split)`` is drawn from its own generator seeded with ``(seed, 10 + split, i)`` (the vision suite's streams are
+``(seed, split, i)``), so it does not depend on ``n``; its ``sample_id`` is ``synthetic-vqa-{split}-s{seed}-{i:05d}``.
+
+The tiny model (:func:`load_tiny_vlm`): a ``Qwen2VLForConditionalGeneration`` (M-RoPE language model, 2-D RoPE
+vision tower; :data:`TINY_VLM_ARCH`) with a word-level tokenizer over :data:`VQA_VOCAB` and Qwen2-VL's image
+processor (the 64 x 64 image in 16 x 16 patches of 4 pixels, merged 2 x 2 into 64 image tokens of 8 x 8 pixels), trained
+by
+``scripts/train_tiny_vlm.py`` (:mod:`palrp_bench.finetune.tiny_vlm`); its chat template renders
+``<|vision_start|><|image_pad|><|vision_end|> what colour is the disk ? answer :`` and the model answers with the next
+word.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import MissingDataError
+from .base import check_generator_args
+from .evidence_common import EvidencePool
+from .registry import Option, register_dataset
+from .synthetic_vision import (SYNTHETIC_COLOUR_HUES, SYNTHETIC_COLOURS, SYNTHETIC_SHAPES, SYNTHETIC_SIDES,
+                               SYNTHETIC_SPLITS, draw_background, hsv_to_rgb, shape_mask)
+from .vqa import VqaSample, collect_vqa
+
+__all__ = ["VQA_QUESTIONS", "VQA_VOCAB", "VQA_IMAGE_SIZE", "make_synthetic_vqa", "build_vqa_tokenizer",
+           "build_tiny_vlm_processor", "TINY_VLM_ARCH", "tiny_vlm_config", "tiny_vlm_dir", "load_tiny_vlm",
+           "load_tiny_vlm_report", "VQA_CHAT_TEMPLATE"]
+
+VQA_IMAGE_SIZE = 64
+#: the question kinds and their text (``{shape}``: the asked object's shape)
+VQA_QUESTIONS: dict[str, str] = {"colour": "what colour is the {shape} ?", "side": "which side is the {shape} on ?"}
+#: the share of colour questions (the rest ask for the side)
+_COLOUR_SHARE = 2.0 / 3.0
+_OBJECT_HALF_SIZE = (7.0, 11.0)
+_SIDE_MARGIN = 4.0
+_NOISE_STD = 0.03
+_HUE_JITTER = 0.04
+_PLACEMENT_TRIES = 200
+
+ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "vision"
+TINY_VLM_NAME = "tiny_vlm"
+REPORT_NAME = "training_report.json"
+
+#: the tokenizer's special tokens (ids 0..) and Qwen2-VL's image markers
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
+VQA_WORDS = ("what", "colour", "is", "the", "which", "side", "on", "answer", "?", ":")
+#: token -> id of the tiny model's tokenizer
+VQA_VOCAB: dict[str, int] = {t: i for i, t in enumerate((*SPECIAL_TOKENS, *IMAGE_TOKENS, *VQA_WORDS,
+                                                          *SYNTHETIC_SHAPES, *SYNTHETIC_COLOURS, *SYNTHETIC_SIDES))}
+VQA_CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
+                     "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+                     "{% else %} {{ part['text'] }}{% endif %}{% endfor %}{% endfor %}"
+                     "{% if add_generation_prompt %} answer :{% endif %}")
+
+#: the tiny model's architecture (Qwen2-VL): language model and vision tower
+TINY_VLM_ARCH = {
+    "text": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256,
+                 rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}),
+    "vision": dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, patch_size=4, temporal_patch_size=2,
+                   spatial_merge_size=2, in_channels=3),
+    "image_mean": (0.5, 0.5, 0.5), "image_std": (0.25, 0.25, 0.25),
+}
+
+
+def _place(rng: np.random.Generator, count: int, size: int) -> list[tuple[float, float, float]]:
+    """``count`` non-overlapping objects ``(cy, cx, r)``: inside the image, centres off the midline."""
+    placed: list[tuple[float, float, float]] = []
+    for _ in range(_PLACEMENT_TRIES):
+        if len(placed) == count:
+            break
+        r = float(rng.uniform(*_OBJECT_HALF_SIZE))
+        side = int(rng.integers(0, 2))
+        offset = float(rng.uniform(_SIDE_MARGIN, size / 2 - r - 1))
+        cx = size / 2 + (offset if side else -offset)
+        cy = float(rng.uniform(r + 1, size - r - 1))
+        if all((cy - y) ** 2 + (cx - x) ** 2 > (r + q + 2) ** 2 for y, x, q in placed):
+            placed.append((cy, cx, r))
+    return placed
+
+
+def _scene(rng: np.random.Generator, size: int, objects: tuple[int, int] = (2, 3)) -> tuple[np.ndarray, list[dict]]:
+    """One image ``[3, size, size]`` in [0, 1] and its objects (shape, colour, side, mask, box), between ``objects[0]``
+    and ``objects[1]`` of them."""
+    image = draw_background(rng, size)
+    count = int(rng.integers(objects[0], objects[1] + 1))
+    shapes = rng.choice(len(SYNTHETIC_SHAPES), size=count, replace=False)
+    colours = rng.choice(len(SYNTHETIC_COLOURS), size=count, replace=False)
+    objects = []
+    for (cy, cx, r), shape_index, colour_index in zip(_place(rng, count, size), shapes, colours):
+        shape = SYNTHETIC_SHAPES[int(shape_index)]
+        mask = shape_mask(shape, cy, cx, r, size)
+        hue = (SYNTHETIC_COLOUR_HUES[int(colour_index)] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
+        colour = hsv_to_rgb(hue, rng.uniform(0.7, 1.0), rng.uniform(0.6, 1.0))
+        shade = 1.0 + 0.08 * rng.standard_normal((1, size, size)).astype(np.float32)
+        image = np.where(mask[None], colour[:, None, None] * shade, image)
+        rows, cols = np.nonzero(mask)
+        objects.append({"shape": shape, "colour": SYNTHETIC_COLOURS[int(colour_index)],
+                        "side": SYNTHETIC_SIDES[int(cx > size / 2)], "mask": mask, "center": (cy, cx), "half_size": r,
+                        "box": (float(cols.min()), float(rows.min()), float(cols.max() + 1), float(rows.max() + 1))})
+    image = image + _NOISE_STD * rng.standard_normal(image.shape).astype(np.float32)
+    return np.clip(image, 0.0, 1.0).astype(np.float32), objects
+
+
+def make_synthetic_vqa(n: int, seed: int = 0, split: str = "test", objects: tuple[int, int] = (2, 3)
+                       ) -> list[VqaSample]:
+    """``n`` deterministic grounded questions of ``split`` under ``seed`` (module docstring): :class:`VqaSample` with
+    ``image`` ``[3, 64, 64]`` float32 in [0, 1], ``mask`` the asked object's, ``box`` its bounding box, ``meta`` the
+    question kind, the asked shape and every object of the image (shape, colour, side, centre). ``objects``: the
+    fewest and most objects of an image (training mixes in single objects: a colour question about the one object
+    then has the colour of a random other family as its foil)."""
+    check_generator_args(n, seed, split, SYNTHETIC_SPLITS)
+    samples = []
+    for i in range(int(n)):
+        rng = np.random.default_rng([int(seed), 10 + SYNTHETIC_SPLITS[split], i])
+        image, objects_ = _scene(rng, VQA_IMAGE_SIZE, objects)
+        kind = "colour" if rng.random() < _COLOUR_SHARE else "side"
+        asked = objects_[int(rng.integers(0, len(objects_)))]
+        others = [o for o in objects_ if o is not asked] or [
+            {"colour": c} for c in SYNTHETIC_COLOURS if c != asked["colour"]]
+        if kind == "colour":
+            answer, foil = asked["colour"], others[int(rng.integers(0, len(others)))]["colour"]
+        else:
+            answer = asked["side"]
+            foil = SYNTHETIC_SIDES[1 - SYNTHETIC_SIDES.index(answer)]
+        meta = {"question_kind": kind, "shape": asked["shape"], "split": split, "seed": int(seed), "index": i,
+                "objects": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in o.items() if k != "mask"}
+                            for o in objects_]}
+        samples.append(VqaSample(f"synthetic-vqa-{split}-s{int(seed)}-{i:05d}",
+                                 VQA_QUESTIONS[kind].format(shape=asked["shape"]), answer, foil,
+                                 image=torch.from_numpy(image), box=asked["box"], mask=torch.from_numpy(asked["mask"]),
+                                 meta=meta))
+    return samples
+
+
+# ------------------------------------------------------------------------------------------------ the tiny model
+def build_vqa_tokenizer():
+    """The tiny model's word-level fast tokenizer over :data:`VQA_VOCAB` (BOS first, Qwen2-VL's image markers as
+    special tokens, the chat template :data:`VQA_CHAT_TEMPLATE`)."""
+    from .synthetic_text import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(VQA_VOCAB)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)})
+    tokenizer.chat_template = VQA_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_vlm_processor(tokenizer=None):
+    """Qwen2-VL's processor for the tiny model: its image processor at the suite's size (:data:`TINY_VLM_ARCH`: 4-pixel
+    patches, 2 x 2 merged; images kept at 64 x 64) and the tiny tokenizer."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    vision = TINY_VLM_ARCH["vision"]
+    pixels = VQA_IMAGE_SIZE * VQA_IMAGE_SIZE
+    image_processor = Qwen2VLImageProcessor(patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
+                                            temporal_patch_size=vision["temporal_patch_size"],
+                                            size={"shortest_edge": pixels, "longest_edge": pixels},
+                                            image_mean=list(TINY_VLM_ARCH["image_mean"]),
+                                            image_std=list(TINY_VLM_ARCH["image_std"]))
+    tokenizer = tokenizer or build_vqa_tokenizer()
+    return Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(),
+                            chat_template=VQA_CHAT_TEMPLATE)
+
+
+def tiny_vlm_config():
+    """The tiny model's ``Qwen2VLConfig`` (:data:`TINY_VLM_ARCH`, the vocabulary and image token ids of
+    :data:`VQA_VOCAB`)."""
+    from transformers import Qwen2VLConfig
+
+    text = dict(TINY_VLM_ARCH["text"], vocab_size=len(VQA_VOCAB), bos_token_id=VQA_VOCAB["<s>"],
+                eos_token_id=VQA_VOCAB["</s>"], pad_token_id=VQA_VOCAB["<pad>"])
+    vision = dict(TINY_VLM_ARCH["vision"], hidden_size=text["hidden_size"])
+    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=VQA_VOCAB["<|image_pad|>"],
+                         video_token_id=VQA_VOCAB["<|video_pad|>"],
+                         vision_start_token_id=VQA_VOCAB["<|vision_start|>"],
+                         vision_end_token_id=VQA_VOCAB["<|vision_end|>"], tie_word_embeddings=False)
+
+
+def tiny_vlm_dir(asset_dir: str | Path | None = None) -> Path:
+    """The tiny model's folder (``save_pretrained`` weights and config, its processor, the training report)."""
+    return (Path(asset_dir) if asset_dir is not None else ASSET_DIR) / TINY_VLM_NAME
+
+
+def load_tiny_vlm(asset_dir: str | Path | None = None):
+    """``(model, processor)``: the shipped tiny vision-language model (eval mode, CPU, float32) and its processor,
+    offline."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    folder = tiny_vlm_dir(asset_dir)
+    if not (folder / "model.safetensors").is_file():
+        raise MissingDataError(f"tiny vision-language model asset {folder} is missing",
+                               "run `python scripts/train_tiny_vlm.py` to (re)create it")
+    model = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), local_files_only=True).eval()
+    return model, build_tiny_vlm_processor()
+
+
+def load_tiny_vlm_report(asset_dir: str | Path | None = None) -> dict:
+    """The training report the training script wrote next to the weights (held-out accuracy, time, recipe)."""
+    path = tiny_vlm_dir(asset_dir) / REPORT_NAME
+    if not path.is_file():
+        raise MissingDataError(f"training report {path} is missing", "run `python scripts/train_tiny_vlm.py`")
+    return json.loads(path.read_text())
+
+
+#: mean text tokens of a sample through the tiny model's processor (BOS, the two image markers, the question,
+#: "answer :"; the image's own tokens are the model's: ``Architecture.image_tokens``), counted over 2000 samples
+MEAN_TOKENS = 11.3
+
+
+@register_dataset("synthetic_vqa",
+                  options=(Option("n", 128, "samples"), Option("seed", 0, "generator seed"),
+                           Option("split", "test", "train | val | test")),
+                  pool_size=lambda options: options["n"], tokens=MEAN_TOKENS)
+def _synthetic_vqa_dataset(path, limit, options, tokenizer) -> EvidencePool:
+    """``task.dataset=synthetic_vqa``: options ``n`` (128), ``seed`` (0), ``split`` (test | val | train)."""
+    n = int(options["n"]) if limit is None else min(int(options["n"]), int(limit))
+    return collect_vqa(make_synthetic_vqa(n, int(options["seed"]), str(options["split"])), None,
+                       what="synthetic_vqa", source="synthetic")
