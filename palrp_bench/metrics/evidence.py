@@ -102,8 +102,9 @@ __all__ = ["TIES", "EVALUATION_MASKS", "CORRECTED_TIES_SUFFIX", "EVIDENCE_METRIC
 #: the tie rules of PG and MRR (module docstring)
 TIES: tuple[str, ...] = ("official", "corrected")
 #: the evaluation masks an evidence task scores one explanation under (``with_question``: qa and needle; ``key``: the
-#: needle's key as the evidence over the ``default`` tokens)
-EVALUATION_MASKS: tuple[str, ...] = ("default", "with_special", "with_question", "key")
+#: needle's key as the evidence over the ``default`` tokens; ``with_text``: visual questions, every token besides the
+#: image's, whose ``default`` is the image tokens)
+EVALUATION_MASKS: tuple[str, ...] = ("default", "with_special", "with_question", "key", "with_text")
 #: appended to the evaluation mask in the variant of ``pg`` / ``mrr`` rows under the corrected tie rule
 CORRECTED_TIES_SUFFIX = "_corrected_ties"
 #: the table metrics of the paper's Table 1, in its column order

@@ -1,8 +1,9 @@
 """What a checkpoint is, read from its ``config.json`` before any weight loads: ``model=hf model.source=<folder or
 hub id>`` (README "Your own model and data").
 
-* :func:`describe_checkpoint`: the kind (``causal``, ``classifier``, ``masked_lm``, ``seq2seq``, ``vit``), the family
-  (a ``transformers`` ``model_type`` a twin covers, or a timm architecture), the dtype the weights were saved in and
+* :func:`describe_checkpoint`: the kind (``causal``, ``classifier``, ``masked_lm``, ``seq2seq``, ``vlm``: a
+  vision-language ``*ForConditionalGeneration``, ``vit``), the family (a ``transformers`` ``model_type`` a twin
+  covers, or a timm architecture), the dtype the weights were saved in and
   the name a run gives the model (:func:`derived_name`). A Hugging Face ``config.json`` names the head in
   ``architectures`` (``LlamaForSequenceClassification`` -> ``classifier``; the suffixes of
   :data:`palrp_bench.models.text_twin.HEADS`); a timm checkpoint (``timm.models.push_to_hf_hub`` /
@@ -114,11 +115,15 @@ def kind_of_config(fields: dict, source: str) -> tuple[str, str]:
     heads = [a for a in fields.get("architectures") or [] if isinstance(a, str)]
     kinds = [kind for a in heads for suffix, kind in HEADS.items() if a.endswith(suffix)]
     if kinds[:1] == ["seq2seq"] and not fields.get("is_encoder_decoder"):
-        kinds[0] = "causal"  # a decoder-only *ForConditionalGeneration (Gemma 3 with its vision tower)
+        from .vlm import VLM_SPECS
+
+        # a decoder-only *ForConditionalGeneration: a vision-language model (Qwen2-VL, LLaVA, Gemma 3), else text
+        vlm = any(model_type in spec.model_types for spec in VLM_SPECS.values())
+        kinds[0] = "vlm" if vlm else "causal"
     if not kinds:
         named = f"names the head {heads[0]}" if heads else "names no head (architectures)"
         raise BadInputError(f"config.json of {source} {named}, not one palrp-bench explains",
-                            "set model.kind=causal | classifier | masked_lm | seq2seq to load it with that head")
+                            "set model.kind=causal | classifier | masked_lm | seq2seq | vlm to load it with that head")
     return kinds[0], model_type
 
 

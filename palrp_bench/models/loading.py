@@ -31,7 +31,7 @@ from .architecture import (Architecture, hf_architecture, timm_architecture, tim
                            torchvision_skeleton, vit_architecture)
 from .heads import auto_class
 
-__all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_timm_vit", "LOADERS", "LoaderSpec",
+__all__ = ["load_hf_model", "keep_4bit_differentiable", "load_tokenizer", "load_processor", "load_timm_vit", "LOADERS", "LoaderSpec",
            "register_loader", "loader_spec", "load_model", "DTYPES", "tokenizer_source", "holds_tokenizer",
            "local_tokenizer", "weights_description", "BNB_KERNELS_NOTE", "hf_config_json", "positional_kind_of_config",
            "local_checkpoint_problem", "random_model", "load_timm_checkpoint"]
@@ -370,6 +370,19 @@ def local_tokenizer(cfg):
         return None
 
 
+def load_processor(name_or_path: str):
+    """``AutoProcessor.from_pretrained`` (a vision-language model's image processor, tokenizer and chat template)
+    with a one-line :class:`MissingDataError`."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(name_or_path)
+    except (OSError, ValueError, TypeError) as err:
+        raise MissingDataError(f"cannot load the processor {name_or_path!r}: {str(err).splitlines()[0]}",
+                               "check model.tokenizer / model.source (a vision-language checkpoint's folder holds its "
+                               "processor), log in with `hf auth login` for gated repos, or pre-download it") from None
+
+
 def load_tokenizer(name_or_path: str):
     """``AutoTokenizer.from_pretrained`` with a one-line :class:`MissingDataError`."""
     from transformers import AutoTokenizer
@@ -553,6 +566,8 @@ def _load_hf(cfg, device: str):
                           device_map=device_map)
     if quant is None:
         model = model.to(device)
+    if _value(cfg.kind) == "vlm":  # the processor reads the images and the text
+        return model, load_processor(tokenizer_source(cfg))
     return model, load_tokenizer(tokenizer_source(cfg))
 
 
@@ -676,6 +691,41 @@ def _load_embedded_vit(cfg, device: str):
     from ..data import synthetic_vision
 
     return synthetic_vision.load_tiny_vit().to(device).eval(), None
+
+
+def _embedded_vlm_config(cfg, download: bool = False) -> dict | None:
+    from ..data.synthetic_vqa import tiny_vlm_dir
+
+    path = tiny_vlm_dir() / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _embedded_vlm_architecture(cfg, known) -> Architecture | None:
+    fields = _embedded_vlm_config(cfg)
+    return None if fields is None else hf_architecture(fields, "vlm", "embedded tiny vision-language model")
+
+
+def _embedded_vlm_identity(cfg) -> dict:
+    from ..data.synthetic_vqa import tiny_vlm_dir
+
+    return {"weights": {"content": path_fingerprint(tiny_vlm_dir())}}
+
+
+def _check_embedded_vlm(cfg, findings: Findings) -> None:
+    from ..data.synthetic_vqa import tiny_vlm_dir
+
+    _missing_assets(cfg, findings, [tiny_vlm_dir() / "model.safetensors", tiny_vlm_dir() / "config.json"],
+                    "train_tiny_vlm.py")
+
+
+@register_loader("embedded_vlm", architecture=_embedded_vlm_architecture, identity=_embedded_vlm_identity,
+                 text_config=_embedded_vlm_config, check=_check_embedded_vlm, offline=True)
+def _load_embedded_vlm(cfg, device: str):
+    """The tiny vision-language model of the embedded VQA suite and its processor (data/synthetic_vqa.py)."""
+    from ..data import synthetic_vqa
+
+    model, processor = synthetic_vqa.load_tiny_vlm()
+    return model.to(device).eval(), processor
 
 
 @register_loader("random", architecture=_config_architecture, identity=_source_identity, offline=True)

@@ -67,6 +67,8 @@ class VlmSpec:
     * ``image_blocks``: image tokens attend to every token of their image (Gemma 3, when ``token_type_ids`` are
       given, as the library does).
     * ``checks``: functions of the model returning a refusal reason, or None.
+    * ``image_shape(config)``: ``(vision patches, language-model tokens)`` of one image of a model with this config
+      (what the cost model prices, :mod:`palrp_bench.models.architecture`; Qwen's images vary: a nominal size).
     """
 
     family: str
@@ -81,6 +83,7 @@ class VlmSpec:
     positions: str = "text"
     image_blocks: bool = False
     checks: tuple[Callable[[Any], str | None], ...] = ()
+    image_shape: Callable[[Any], tuple[int, int]] = lambda config: (0, 0)
 
 
 VLM_SPECS: dict[str, VlmSpec] = {}
@@ -275,6 +278,25 @@ class VisionLanguageTwin(DecoderTwin):
             types = per_token(extra["token_type_ids"], ids, "token_type_ids")
             inputs.image_groups = image_groups(types == 1)
         return inputs
+
+    def image_token_means(self, images: Mapping) -> list[torch.Tensor]:
+        """Per image, ``[tokens]``: the mean of what the image processor returned (``pixel_values`` and the family's
+        image inputs, e.g. ``image_grid_thw``) over the channels and pixels of each language-model image token's
+        patches, in token order. Run on an evidence mask processed as an image (no normalisation), it is the share
+        of each token the evidence covers, whatever the processor's resizing and cropping."""
+        found = {"pixel_values": images["pixel_values"], **{k: images.get(k) for k in self.vlm.inputs}}
+        layout = self.vlm.layout(self.model, self.tower, found)
+        pixels = self.tower.prepare_pixels(torch.as_tensor(found["pixel_values"]).float().cpu(), layout)
+        sums = self.tower.patch_sums(pixels, layout)
+        counts = self.tower.patch_sums(torch.ones_like(pixels), layout)
+        out = []
+        for i, tokens in enumerate(layout.tokens_per_image):
+            keep = layout.valid[i]
+            index = layout.patch_token[i][keep]
+            total = torch.zeros(tokens, dtype=sums.dtype).index_add(0, index, sums[i][keep])
+            size = torch.zeros(tokens, dtype=sums.dtype).index_add(0, index, counts[i][keep])
+            out.append(total / size)
+        return out
 
     def _mrope_positions(self, ids, mask, extra) -> torch.Tensor:
         """``[3, B, T]`` M-RoPE positions as the library computes them (``get_rope_index``: text tokens one step each,

@@ -69,14 +69,17 @@ FAMILIES: dict[str, dict] = {
 GRIDS = [(4, 6), (6, 4), (4, 4)]
 
 
-def make_vlm(family: str, dtype=torch.float32, seed: int = 0, attn: str = "sdpa", **overrides):
-    """A tiny random model of ``family`` in eval mode (module docstring); ``overrides`` update the text config."""
+def make_vlm(family: str, dtype=torch.float32, seed: int = 0, attn: str = "sdpa", extra: dict | None = None,
+             **overrides):
+    """A tiny random model of ``family`` in eval mode (module docstring); ``overrides`` update the text config,
+    ``extra`` the model config's own fields (image token ids)."""
     spec = FAMILIES[family]
     text = {**TEXT, **spec["text"], **overrides}
     vision = dict(spec["vision"])
     if spec.get("out"):  # the vision tower's output width is the language model's
         vision[spec["out"]] = text["hidden_size"]
-    cfg = getattr(transformers, spec["config"])(text_config=text, vision_config=vision, **spec["extra"])
+    cfg = getattr(transformers, spec["config"])(text_config=text, vision_config=vision, **{**spec["extra"],
+                                                                                           **(extra or {})})
     torch.manual_seed(seed)
     model = getattr(transformers, spec["model"])(cfg)
     perturb_norms_and_biases(model)
@@ -175,3 +178,72 @@ def library_logits(model, inputs: dict) -> torch.Tensor:
     """``[B, T, V]`` logits of the library's own forward."""
     with torch.no_grad():
         return model(**inputs).logits
+
+
+# ---------------------------------------------------------------------------------------- checkpoints with processors
+#: each family's image markers in the tokenizer and how its chat template writes an image
+MARKERS = {"qwen2_vl": None, "qwen2_5_vl": None, "llava": ("<image>",),
+           "gemma3": ("<start_of_image>", "<image_soft_token>", "<end_of_image>")}
+
+
+def _template(image_text: str) -> str:
+    return ("{% for message in messages %}{% for part in message['content'] %}"
+            "{% if part['type'] == 'image' %}" + image_text + "{% else %} {{ part['text'] }}{% endif %}"
+            "{% endfor %}{% endfor %}{% if add_generation_prompt %} answer :{% endif %}")
+
+
+def processor_for(family: str):
+    """A processor of the family's own class over the tiny VQA tokenizer (palrp_bench.data.synthetic_vqa, plus the
+    family's image markers), its image processor at the tiny model's size, and a chat template in the tiny model's
+    format; the tokenizer's ids are the model's (:func:`save_checkpoint`)."""
+    from palrp_bench.data.synthetic_vqa import build_tiny_vlm_processor, build_vqa_tokenizer
+
+    tokenizer = build_vqa_tokenizer()
+    if family.startswith("qwen"):
+        return build_tiny_vlm_processor(tokenizer)
+    spec = FAMILIES[family]
+    vision = spec["vision"]
+    size = vision["image_size"]
+    if family == "llava":
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+        images = transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+        return transformers.LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=vision["patch_size"],
+                                           vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                                           chat_template=_template("<image>"))
+    boi, image, eoi = MARKERS["gemma3"]
+    tokenizer.add_special_tokens({"additional_special_tokens": [boi, image, eoi]})
+    # Gemma 3's processor reads its markers as named special tokens of the tokenizer
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer.backend_tokenizer, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+        unk_token=tokenizer.unk_token, pad_token=tokenizer.pad_token,
+        extra_special_tokens={"boi_token": boi, "image_token": image, "eoi_token": eoi})
+    images = transformers.Gemma3ImageProcessor(size={"height": size, "width": size})
+    return transformers.Gemma3Processor(image_processor=images, tokenizer=tokenizer, image_seq_length=spec["tokens"],
+                                        chat_template=_template(boi))
+
+
+def checkpoint_ids(family: str, tokenizer) -> dict:
+    """The model config's token ids (vocabulary size, image marker ids) from the tokenizer's."""
+    ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
+           "eos_token_id": tokenizer.eos_token_id}
+    if family.startswith("qwen"):
+        extra = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+            ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    elif family == "llava":
+        extra = {"image_token_id": tokenizer.convert_tokens_to_ids("<image>")}
+    else:
+        boi, image, eoi = (tokenizer.convert_tokens_to_ids(t) for t in MARKERS["gemma3"])
+        extra = {"image_token_id": image, "boi_token_index": boi, "eoi_token_index": eoi}
+    return ids, extra
+
+
+def save_checkpoint(family: str, folder) -> str:
+    """A tiny random model of ``family`` with ids matching :func:`processor_for`'s tokenizer, saved with its processor
+    (what ``model.source`` of a shipped ``kind: vlm`` config loads)."""
+    processor = processor_for(family)
+    text, extra = checkpoint_ids(family, processor.tokenizer)
+    model = make_vlm(family, extra=extra, **text)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return str(folder)

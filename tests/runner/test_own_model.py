@@ -76,7 +76,9 @@ def test_the_head_decides_the_kind():
 
     t5 = dict(model_type="t5", architectures=["T5ForConditionalGeneration"], is_encoder_decoder=True)
     gemma = dict(model_type="gemma3", architectures=["Gemma3ForConditionalGeneration"])  # vision tower + decoder
-    assert kind_of_config(t5, "x") == ("seq2seq", "t5") and kind_of_config(gemma, "x") == ("causal", "gemma3")
+    assert kind_of_config(t5, "x") == ("seq2seq", "t5") and kind_of_config(gemma, "x") == ("vlm", "gemma3")
+    llava = dict(model_type="llava", architectures=["LlavaForConditionalGeneration"])
+    assert kind_of_config(llava, "x") == ("vlm", "llava")
     assert kind_of_config(dict(model_type="roberta", architectures=["RobertaForMaskedLM"]), "x")[0] == "masked_lm"
 
 

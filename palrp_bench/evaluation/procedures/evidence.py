@@ -1,5 +1,6 @@
 """Evidence scoring (the decomposition-attribution paper's section 4.2, Table 1; docs/evidence.md): PG, MRR, RMA and
-PTA of one explanation per sample under each of its evaluation masks (:mod:`palrp_bench.metrics.evidence`)."""
+PTA of one explanation per sample under each of its evaluation masks (:mod:`palrp_bench.metrics.evidence`), for the
+text evidence tasks and the grounded visual questions (``vqa_evidence``: the image tokens, and every token)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -24,7 +25,7 @@ def _flags(masks: Sequence[dict], name: str, width: int) -> tuple[torch.Tensor, 
     return valid, evidence
 
 
-@register_procedure("evidence", applies_to=("evidence",),
+@register_procedure("evidence", applies_to=("evidence", "vqa_evidence"),
                     description="pointing game, mean reciprocal rank, relevance mass and per-token accuracy against "
                                 "annotated evidence")
 def run_evidence(batch: EvidenceBatch, ctx) -> None:
