@@ -39,6 +39,20 @@ class Architecture:
     #: parameters of the body that a token is not multiplied with (the routed experts it is not sent to; 0 for
     #: dense models): time counts ``body_params - inactive_params``, memory every parameter
     inactive_params: int = 0
+    #: a vision-language model's image: the language-model tokens of one image, the vision tower's patches and the
+    #: parameters of its tower and projector (None / 0 for other models; the body fields are the language model's)
+    image_tokens: int | None = None
+    vision_patches: int = 0
+    vision_params: int = 0
+
+    def image_token_equivalent(self) -> float | None:
+        """The language-model tokens one image costs: its own tokens, plus the tower's work (its parameters times its
+        patches) in language-model tokens (``body_params - inactive_params`` per token); None for a model without
+        images."""
+        if not self.image_tokens:
+            return None
+        active = max(1, self.body_params - self.inactive_params)
+        return float(self.image_tokens) + self.vision_params * self.vision_patches / active
 
 
 def _blocks(module):
@@ -89,6 +103,8 @@ def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Archite
     cls = getattr(transformers, AUTO_CLASSES.get(kind, "AutoModel"))
     with torch.device("meta"):
         model = cls.from_config(config)
+    image = _image_shape(config) if kind == "vlm" else None
+    config = config.get_text_config()  # a vision-language model's body is its language model
     hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
     params = sum(p.numel() for p in model.parameters())
     if getattr(config, "is_encoder_decoder", False):
@@ -106,9 +122,27 @@ def _hf_architecture_cached(config_json: str, kind: str, source: str) -> Archite
     ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "ffn_dim", None)
               or getattr(config, "n_inner", None) or 4 * hidden)
     inactive, moe_width = moe_parameters(blocks, config, hidden)
-    return Architecture("decoder", sum(p.numel() for p in model.parameters()),
-                        sum(p.numel() for p in blocks.parameters()), _linear_params(blocks), len(blocks), hidden,
-                        max(ffn, moe_width), heads, heads * head_dim, None, source, inactive_params=inactive)
+    params = sum(p.numel() for p in model.parameters())
+    vision = {}
+    if image is not None:  # the tower and projector: everything but the language model and its head
+        head = model.get_output_embeddings()
+        language = {id(p) for m in (model.get_decoder(), head) if m is not None for p in m.parameters()}
+        vision = dict(image_tokens=image[1], vision_patches=image[0],
+                      vision_params=sum(p.numel() for p in model.parameters() if id(p) not in language))
+    return Architecture("decoder", params, sum(p.numel() for p in blocks.parameters()), _linear_params(blocks),
+                        len(blocks), hidden, max(ffn, moe_width), heads, heads * head_dim, None, source,
+                        inactive_params=inactive, **vision)
+
+
+def _image_shape(config) -> tuple[int, int] | None:
+    """``(vision patches, language-model tokens)`` of one image of a vision-language model (its family's
+    :attr:`~palrp_bench.models.vlm.VlmSpec.image_shape`), or None for a family the twins do not cover."""
+    from .vlm import VLM_SPECS  # noqa: PLC0415 - the twins import the loaders, which import this module
+    from .registry import discover
+
+    discover()
+    spec = next((s for s in VLM_SPECS.values() if config.model_type in s.model_types), None)
+    return None if spec is None else spec.image_shape(config)
 
 
 def hf_architecture(config: dict, kind: str, source: str = "") -> Architecture:

@@ -67,4 +67,6 @@ def _layout(model, tower: ViTEncoderTower, inputs: dict):
 GEMMA3_VLM = register_vlm(VlmSpec(
     family="gemma3", model_types=("gemma3",),
     tower=lambda model: ViTEncoderTower(model.model.vision_tower, -1, post_norm=True, drop_prefix=False),
-    layout=_layout, project=project, inputs=("token_type_ids",), image_blocks=True))
+    layout=_layout, project=project, inputs=("token_type_ids",), image_blocks=True,
+    image_shape=lambda config: ((config.vision_config.image_size // config.vision_config.patch_size) ** 2,
+                                int(config.mm_tokens_per_image))))

@@ -53,4 +53,5 @@ def project(model, tower: TowerOutput, composite: Composite):
 LLAVA = register_vlm(VlmSpec(
     family="llava", model_types=("llava",), tower=_tower,
     layout=lambda model, tower, inputs: tower.layout(inputs["pixel_values"], lambda side: (side, side, 1)),
-    project=project, checks=(_check,)))
+    project=project, checks=(_check,),
+    image_shape=lambda config: ((config.vision_config.image_size // config.vision_config.patch_size) ** 2,) * 2))

@@ -44,7 +44,19 @@ def _layout(model, tower: QwenVisionTower, inputs: dict):
     return tower.layout(torch.as_tensor(inputs["image_grid_thw"]).cpu())
 
 
-_COMMON = dict(layout=_layout, project=merge_patches, language=QWEN2_VL_TEXT, language_model="model.language_model",
+#: the side of the image the plan prices a Qwen2-VL sample with: images vary, 448 x 448 pixels is a common working
+#: size (the processor's default range is 56 x 56 to about 3584 x 3584)
+NOMINAL_IMAGE_SIDE = 448
+
+
+def image_shape(config) -> tuple[int, int]:
+    """``(patches, tokens)`` of a :data:`NOMINAL_IMAGE_SIDE` square image."""
+    vision = config.vision_config
+    side = NOMINAL_IMAGE_SIDE // int(vision.patch_size)
+    return side * side, side * side // int(vision.spatial_merge_size) ** 2
+
+
+_COMMON = dict(layout=_layout, image_shape=image_shape, project=merge_patches, language=QWEN2_VL_TEXT, language_model="model.language_model",
                inputs=("image_grid_thw", "mm_token_type_ids"), required=("image_grid_thw", "mm_token_type_ids"),
                positions="mrope")
 

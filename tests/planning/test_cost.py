@@ -19,6 +19,7 @@ from palrp_bench.planning.cost import (NF4_BYTES_PER_PARAM, Architecture, CostCo
                                      peak_memory, sample_work, user_cost_path, work_units)
 from palrp_bench.runner.plan import plan_cells
 from models.tiny_families import MOE_FAMILIES, make_model
+from models.tiny_vlms import FAMILIES as VLM_FAMILIES, make_vlm
 from models.tiny_llama import BASE, VARIANTS, make_llama
 from runner.harness import compose_cfg
 
@@ -58,7 +59,8 @@ def test_other_families_are_counted_by_the_library_classes(model_type, kind, fie
 
 def test_known_architectures_are_the_public_model_sizes():
     constants = load_constants()
-    sizes = {name: hf_architecture(fields, "seq2seq" if fields["model_type"] == "t5" else "causal").params
+    sizes = {name: hf_architecture(fields, "seq2seq" if fields["model_type"] == "t5"
+                                   else "vlm" if "vision_config" in fields else "causal").params
              for name, fields in constants.architectures.items()}
     # published parameter counts (model cards): 6.74 B, 8.03 B, 1.10 B; Flan-T5-XL 2.85 B and -base 248 M
     # (num_parameters() of the checkpoints: shared embedding, encoder, decoder and their own output head)
@@ -98,6 +100,42 @@ def test_known_moe_architectures_are_the_published_sizes():
         arch = hf_architecture(constants.architectures[name], "causal")
         assert arch.params / 1e9 == pytest.approx(total, abs=0.06), name   # the cards round to 0.1 B
         assert (arch.params - arch.inactive_params) / 1e9 == pytest.approx(active, abs=0.06), name
+
+
+@pytest.mark.parametrize("family", sorted(VLM_FAMILIES))
+def test_vision_language_architectures_count_the_library_models(family):
+    """The meta-device count of a vision-language model: every parameter, the language model's blocks as the body,
+    the tower and projector apart, and one image's patches and tokens (Qwen2-VL: a nominal 448 x 448 image)."""
+    model = make_vlm(family)
+    arch = hf_architecture(model.config.to_dict(), "vlm")
+    assert arch.params == model.num_parameters()
+    assert arch.body_params == sum(p.numel() for p in model.model.language_model.layers.parameters())
+    towers = [getattr(model.model, name) for name in ("visual", "vision_tower", "multi_modal_projector")
+              if hasattr(model.model, name)]
+    assert arch.vision_params == sum(p.numel() for t in towers for p in t.parameters()) > 0
+    vision = model.config.vision_config
+    if family.startswith("qwen"):
+        side = 448 // vision.patch_size
+        assert (arch.vision_patches, arch.image_tokens) == (side * side, side * side // vision.spatial_merge_size ** 2)
+    else:
+        tokens = (16 if family == "llava" else model.config.mm_tokens_per_image)
+        assert (arch.vision_patches, arch.image_tokens) == ((vision.image_size // vision.patch_size) ** 2, tokens)
+    assert arch.image_token_equivalent() == pytest.approx(
+        arch.image_tokens + arch.vision_params * arch.vision_patches / arch.body_params)
+
+
+def test_known_vision_language_architectures_are_the_published_sizes():
+    """Model cards: Qwen2.5-VL-7B-Instruct 8.29B, LLaVA-1.5-7B 7.06B, Gemma 3 4B 4.30B (its SigLIP tower 0.42B with
+    the projector); image tokens 256 (Qwen, a 448-pixel image), 576, 256."""
+    constants = load_constants()
+    published = {"Qwen/Qwen2.5-VL-7B-Instruct": (8.29, 256), "llava-hf/llava-1.5-7b-hf": (7.06, 576),
+                 "google/gemma-3-4b-it": (4.30, 256)}
+    for name, (total, tokens) in published.items():
+        arch = hf_architecture(constants.architectures[name], "vlm")
+        assert arch.params / 1e9 == pytest.approx(total, abs=0.01), name
+        assert arch.image_tokens == tokens and arch.family == "decoder"
+    gemma = hf_architecture(constants.architectures["google/gemma-3-4b-it"], "vlm")
+    assert gemma.vision_params / 1e9 == pytest.approx(0.42, abs=0.01)
 
 
 def test_moe_time_counts_active_parameters_and_memory_all(tmp_path):
