@@ -223,7 +223,17 @@ def save_vqa_jsonl(samples: Iterable[VqaSample], path: str | Path) -> Path:
 QUESTION_TOKENS = 30.0
 
 
-@register_dataset("vqa", options=(), local_copy="<data.jsonl>", tokens=QUESTION_TOKENS,
+def _check_vqa(task, options, findings) -> None:
+    """The first record parses and its image is there (a malformed file raises the reader's one-line error)."""
+    first = next(iter(read_vqa_jsonl(task.path)), None)
+    if first is None:
+        raise BadInputError(f"{task.path} holds no record", "write one JSON object per line")
+    if not Path(first.image_path).is_file():
+        raise MissingDataError(f"the image {first.image_path} of record {first.sample_id} does not exist",
+                               "keep the image paths relative to the .jsonl file's folder")
+
+
+@register_dataset("vqa", options=(), local_copy="<data.jsonl>", tokens=QUESTION_TOKENS, check=_check_vqa,
                   needs_path="JSON lines of id, image, question, answer, foil and a box or mask, images beside it "
                              "(docs/data.md)")
 def _vqa_dataset(path, limit, options, tokenizer) -> EvidencePool:
@@ -293,7 +303,28 @@ def read_refcoco(folder: str | Path, split: str = "val", split_by: str = "unc", 
                               "size": list(size)})
 
 
-@register_dataset("refcoco",
+def _check_refcoco(task, options, findings) -> None:
+    """The release's files are there and the refs file holds expressions of the split (the COCO instances are read
+    at load)."""
+    folder = Path(task.path).expanduser()
+    refs_path = folder / f"refs({options['split_by']}).p"
+    for needed in (refs_path, folder / "instances.json"):
+        if not needed.is_file():
+            raise MissingDataError(f"{needed.name} is not in {folder}",
+                                   f"point task.path at the folder holding refs({options['split_by']}).p and "
+                                   "instances.json")
+    try:
+        with refs_path.open("rb") as f:
+            refs = pickle.load(f)  # noqa: S301 - the dataset's own format
+    except (pickle.UnpicklingError, EOFError, ValueError) as err:
+        raise BadInputError(f"{refs_path.name} is not a refs pickle ({type(err).__name__})",
+                            "use the release's refs file") from None
+    if not any(ref.get("split") == options["split"] for ref in refs):
+        raise BadInputError(f"{refs_path.name} holds no expression of split {options['split']!r}",
+                            "set task.options.split to one of the release's splits (val, testA, testB, test, train)")
+
+
+@register_dataset("refcoco", check=_check_refcoco,
                   options=(Option("split", "val", "the release's split: val | testA | testB | test | train"),
                            Option("split_by", "unc", "the refs file: refs(<split_by>).p (unc, google, umd)"),
                            Option("evidence", "box", "the referred object's box or its segmentation mask: box | mask"),

@@ -22,7 +22,7 @@ PUBLISHED = {"arc": TEXT / "arc", "wikipedia": TEXT / "wikipedia", "imdb": TEXT 
              "sva": EVIDENCE / "agr_50_mostcommon_10K.tsv", "ra": EVIDENCE / "blimp_with_targets",
              "qa": EVIDENCE / "dev-v2.0.json", "squad": EVIDENCE / "dev-v2.0.json",
              "imagenet": VISION / "imagefolder", "imagenet_seg": VISION / "gtsegs_tiny.mat",
-             "needle": TEXT / "wikipedia"}
+             "needle": TEXT / "wikipedia", "vqa": VISION / "vqa" / "data.jsonl", "refcoco": VISION / "refcoco"}
 #: datasets that read plain text as one of their formats (the needle's haystack corpus): a wrong format is another
 #: file type
 TEXT_CORPORA = {"needle"}
