@@ -1,26 +1,28 @@
 """Embedded grounded visual questions about the synthetic shapes, and the tiny vision-language model trained on them
-(offline stand-ins for RefCOCO-style data and a real VLM; docs/evaluation.md "Visual question answering").
+(offline stand-ins for RefCOCO-style data and a real VLM; docs/evidence.md "Visual question answering").
 
 Each image is ``64 x 64`` RGB: the low-saturation gradient and clutter of the synthetic vision suite
-(:func:`palrp_bench.data.synthetic_vision.draw_background`) with two or three saturated objects of different shapes
-(disk, square, triangle, cross) and different colour families (red, yellow, green, blue), none overlapping, each
-centre at least 4 pixels from the vertical midline. One question is asked about one of them:
+(:func:`palrp_bench.data.synthetic_vision.draw_background`) with two saturated objects of the vision suite's shapes
+(disk, square, triangle, cross), of different shapes and colour families (red, yellow, green, blue), one wholly in each
+half of the image. One question is asked about one of them (kinds :data:`VQA_QUESTIONS`):
 
-* ``what colour is the <shape> ?`` -- the answer its colour, the foil the colour of another object of the image;
-* ``which side is the <shape> on ?`` -- the answer the half holding its centre (``left`` / ``right``), the foil the
-  other half: the content of a patch cannot tell, the position has to.
+* ``colour``: ``what colour is the object on the left ?`` -- its colour; the foil the other object's colour. Which
+  object is meant is a matter of position;
+* ``side``: ``which side is the red object on ?`` -- ``left`` or ``right``; the foil the other side. The content of a
+  patch cannot tell, the position has to;
+* ``shape``: ``what colour is the triangle ?`` -- its colour; the foil the other object's. Which object is meant is a
+  matter of its form, which a model must gather over the object's patches (the tiny model below does not learn it:
+  the default kinds are ``colour`` and ``side``; real models take ``task.options.questions=colour,side,shape``).
 
 The evidence is the asked object's mask (its box in ``box``). Samples are deterministic: sample ``i`` of ``(seed,
 split)`` is drawn from its own generator seeded with ``(seed, 10 + split, i)`` (the vision suite's streams are
 ``(seed, split, i)``), so it does not depend on ``n``; its ``sample_id`` is ``synthetic-vqa-{split}-s{seed}-{i:05d}``.
 
 The tiny model (:func:`load_tiny_vlm`): a ``Qwen2VLForConditionalGeneration`` (M-RoPE language model, 2-D RoPE
-vision tower; :data:`TINY_VLM_ARCH`) with a word-level tokenizer over :data:`VQA_VOCAB` and Qwen2-VL's image
-processor (the 64 x 64 image in 16 x 16 patches of 4 pixels, merged 2 x 2 into 64 image tokens of 8 x 8 pixels), trained
-by
-``scripts/train_tiny_vlm.py`` (:mod:`palrp_bench.finetune.tiny_vlm`); its chat template renders
-``<|vision_start|><|image_pad|><|vision_end|> what colour is the disk ? answer :`` and the model answers with the next
-word.
+vision tower; :data:`TINY_VLM_ARCH`) with a word-level tokenizer over :data:`VQA_VOCAB` and Qwen2-VL's image processor
+at the suite's size, trained by ``scripts/train_tiny_vlm.py`` (:mod:`palrp_bench.finetune.tiny_vlm`); its chat
+template renders ``<|vision_start|><|image_pad|><|vision_end|> what colour is the object on the left ? answer :`` and
+the model answers with the next word.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import MissingDataError
+from ..errors import BadInputError, MissingDataError
 from .base import check_generator_args
 from .evidence_common import EvidencePool
 from .registry import Option, register_dataset
@@ -40,18 +42,18 @@ from .vqa import VqaSample, collect_vqa
 
 __all__ = ["VQA_QUESTIONS", "VQA_VOCAB", "VQA_IMAGE_SIZE", "make_synthetic_vqa", "build_vqa_tokenizer",
            "build_tiny_vlm_processor", "TINY_VLM_ARCH", "tiny_vlm_config", "tiny_vlm_dir", "load_tiny_vlm",
-           "load_tiny_vlm_report", "VQA_CHAT_TEMPLATE"]
+           "load_tiny_vlm_report", "VQA_CHAT_TEMPLATE", "check_questions"]
 
 VQA_IMAGE_SIZE = 64
-#: the question kinds and their text (``{shape}``: the asked object's shape)
-VQA_QUESTIONS: dict[str, str] = {"colour": "what colour is the {shape} ?", "side": "which side is the {shape} on ?"}
-#: the share of colour questions (the rest ask for the side)
-_COLOUR_SHARE = 2.0 / 3.0
-_OBJECT_HALF_SIZE = (7.0, 11.0)
-_SIDE_MARGIN = 4.0
+#: the question kinds and their text: ``colour`` and ``side`` ground the object by where it is / what colour it has,
+#: ``shape`` by what it is (``{side}``, ``{colour}``, ``{shape}``: the asked object's)
+VQA_QUESTIONS: dict[str, str] = {"colour": "what colour is the object on the {side} ?",
+                                 "side": "which side is the {colour} object on ?",
+                                 "shape": "what colour is the {shape} ?"}
+_OBJECT_HALF_SIZE = (8.0, 12.0)
 _NOISE_STD = 0.03
 _HUE_JITTER = 0.04
-_PLACEMENT_TRIES = 200
+
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "vision"
 TINY_VLM_NAME = "tiny_vlm"
@@ -60,7 +62,7 @@ REPORT_NAME = "training_report.json"
 #: the tokenizer's special tokens (ids 0..) and Qwen2-VL's image markers
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
-VQA_WORDS = ("what", "colour", "is", "the", "which", "side", "on", "answer", "?", ":")
+VQA_WORDS = ("what", "colour", "is", "the", "which", "side", "on", "object", "answer", "?", ":")
 #: token -> id of the tiny model's tokenizer
 VQA_VOCAB: dict[str, int] = {t: i for i, t in enumerate((*SPECIAL_TOKENS, *IMAGE_TOKENS, *VQA_WORDS,
                                                           *SYNTHETIC_SHAPES, *SYNTHETIC_COLOURS, *SYNTHETIC_SIDES))}
@@ -80,31 +82,18 @@ TINY_VLM_ARCH = {
 }
 
 
-def _place(rng: np.random.Generator, count: int, size: int) -> list[tuple[float, float, float]]:
-    """``count`` non-overlapping objects ``(cy, cx, r)``: inside the image, centres off the midline."""
-    placed: list[tuple[float, float, float]] = []
-    for _ in range(_PLACEMENT_TRIES):
-        if len(placed) == count:
-            break
+def _scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict]]:
+    """One image ``[3, size, size]`` in [0, 1] and its two objects (shape, colour, side, mask, box), one wholly in
+    each half, of different shapes and colour families."""
+    image = draw_background(rng, size)
+    shapes = rng.choice(len(SYNTHETIC_SHAPES), size=2, replace=False)
+    colours = rng.choice(len(SYNTHETIC_COLOURS), size=2, replace=False)
+    objects = []
+    for side, shape_index, colour_index in zip((0, 1), shapes, colours):
         r = float(rng.uniform(*_OBJECT_HALF_SIZE))
-        side = int(rng.integers(0, 2))
-        offset = float(rng.uniform(_SIDE_MARGIN, size / 2 - r - 1))
+        offset = float(rng.uniform(r + 1, size / 2 - r - 1))
         cx = size / 2 + (offset if side else -offset)
         cy = float(rng.uniform(r + 1, size - r - 1))
-        if all((cy - y) ** 2 + (cx - x) ** 2 > (r + q + 2) ** 2 for y, x, q in placed):
-            placed.append((cy, cx, r))
-    return placed
-
-
-def _scene(rng: np.random.Generator, size: int, objects: tuple[int, int] = (2, 3)) -> tuple[np.ndarray, list[dict]]:
-    """One image ``[3, size, size]`` in [0, 1] and its objects (shape, colour, side, mask, box), between ``objects[0]``
-    and ``objects[1]`` of them."""
-    image = draw_background(rng, size)
-    count = int(rng.integers(objects[0], objects[1] + 1))
-    shapes = rng.choice(len(SYNTHETIC_SHAPES), size=count, replace=False)
-    colours = rng.choice(len(SYNTHETIC_COLOURS), size=count, replace=False)
-    objects = []
-    for (cy, cx, r), shape_index, colour_index in zip(_place(rng, count, size), shapes, colours):
         shape = SYNTHETIC_SHAPES[int(shape_index)]
         mask = shape_mask(shape, cy, cx, r, size)
         hue = (SYNTHETIC_COLOUR_HUES[int(colour_index)] + rng.uniform(-_HUE_JITTER, _HUE_JITTER)) % 1.0
@@ -112,41 +101,50 @@ def _scene(rng: np.random.Generator, size: int, objects: tuple[int, int] = (2, 3
         shade = 1.0 + 0.08 * rng.standard_normal((1, size, size)).astype(np.float32)
         image = np.where(mask[None], colour[:, None, None] * shade, image)
         rows, cols = np.nonzero(mask)
-        objects.append({"shape": shape, "colour": SYNTHETIC_COLOURS[int(colour_index)],
-                        "side": SYNTHETIC_SIDES[int(cx > size / 2)], "mask": mask, "center": (cy, cx), "half_size": r,
+        objects.append({"shape": shape, "colour": SYNTHETIC_COLOURS[int(colour_index)], "side": SYNTHETIC_SIDES[side],
+                        "mask": mask, "center": (cy, cx), "half_size": r,
                         "box": (float(cols.min()), float(rows.min()), float(cols.max() + 1), float(rows.max() + 1))})
     image = image + _NOISE_STD * rng.standard_normal(image.shape).astype(np.float32)
     return np.clip(image, 0.0, 1.0).astype(np.float32), objects
 
 
-def make_synthetic_vqa(n: int, seed: int = 0, split: str = "test", objects: tuple[int, int] = (2, 3)
+def check_questions(questions: str) -> tuple[str, ...]:
+    """The question kinds of a comma-separated list (:data:`VQA_QUESTIONS`), else a one-line error."""
+    kinds = tuple(k.strip() for k in str(questions).split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(VQA_QUESTIONS))
+    if not kinds or unknown:
+        raise BadInputError(f"unknown synthetic question kinds {unknown or [questions]}",
+                            f"use a comma-separated list of {', '.join(VQA_QUESTIONS)}")
+    return kinds
+
+
+def make_synthetic_vqa(n: int, seed: int = 0, split: str = "test", questions: str = "colour,side"
                        ) -> list[VqaSample]:
-    """``n`` deterministic grounded questions of ``split`` under ``seed`` (module docstring): :class:`VqaSample` with
-    ``image`` ``[3, 64, 64]`` float32 in [0, 1], ``mask`` the asked object's, ``box`` its bounding box, ``meta`` the
-    question kind, the asked shape and every object of the image (shape, colour, side, centre). ``objects``: the
-    fewest and most objects of an image (training mixes in single objects: a colour question about the one object
-    then has the colour of a random other family as its foil)."""
+    """``n`` deterministic grounded questions of ``split`` under ``seed`` (module docstring), of the kinds
+    ``questions`` (drawn uniformly): :class:`VqaSample` with ``image`` ``[3, 64, 64]`` float32 in [0, 1], ``mask`` the
+    asked object's, ``box`` its bounding box, ``meta`` the question kind and both objects (shape, colour, side,
+    centre, half size)."""
     check_generator_args(n, seed, split, SYNTHETIC_SPLITS)
+    kinds = check_questions(questions)
     samples = []
     for i in range(int(n)):
         rng = np.random.default_rng([int(seed), 10 + SYNTHETIC_SPLITS[split], i])
-        image, objects_ = _scene(rng, VQA_IMAGE_SIZE, objects)
-        kind = "colour" if rng.random() < _COLOUR_SHARE else "side"
-        asked = objects_[int(rng.integers(0, len(objects_)))]
-        others = [o for o in objects_ if o is not asked] or [
-            {"colour": c} for c in SYNTHETIC_COLOURS if c != asked["colour"]]
-        if kind == "colour":
-            answer, foil = asked["colour"], others[int(rng.integers(0, len(others)))]["colour"]
+        image, objects = _scene(rng, VQA_IMAGE_SIZE)
+        kind = kinds[int(rng.integers(0, len(kinds)))]
+        asked = int(rng.integers(0, 2))
+        target, other = objects[asked], objects[1 - asked]
+        if kind == "side":
+            answer, foil = target["side"], other["side"]
         else:
-            answer = asked["side"]
-            foil = SYNTHETIC_SIDES[1 - SYNTHETIC_SIDES.index(answer)]
-        meta = {"question_kind": kind, "shape": asked["shape"], "split": split, "seed": int(seed), "index": i,
+            answer, foil = target["colour"], other["colour"]
+        meta = {"question_kind": kind, "asked": asked, "split": split, "seed": int(seed), "index": i,
                 "objects": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in o.items() if k != "mask"}
-                            for o in objects_]}
+                            for o in objects]}
         samples.append(VqaSample(f"synthetic-vqa-{split}-s{int(seed)}-{i:05d}",
-                                 VQA_QUESTIONS[kind].format(shape=asked["shape"]), answer, foil,
-                                 image=torch.from_numpy(image), box=asked["box"], mask=torch.from_numpy(asked["mask"]),
-                                 meta=meta))
+                                 VQA_QUESTIONS[kind].format(side=target["side"], colour=target["colour"],
+                                                            shape=target["shape"]), answer, foil,
+                                 image=torch.from_numpy(image), box=target["box"],
+                                 mask=torch.from_numpy(target["mask"]), meta=meta))
     return samples
 
 
@@ -226,10 +224,12 @@ MEAN_TOKENS = 11.3
 
 @register_dataset("synthetic_vqa",
                   options=(Option("n", 128, "samples"), Option("seed", 0, "generator seed"),
-                           Option("split", "test", "train | val | test")),
+                           Option("split", "test", "train | val | test"),
+                           Option("questions", "colour,side", "question kinds: colour, side, shape (comma-separated)")),
                   pool_size=lambda options: options["n"], tokens=MEAN_TOKENS)
 def _synthetic_vqa_dataset(path, limit, options, tokenizer) -> EvidencePool:
-    """``task.dataset=synthetic_vqa``: options ``n`` (128), ``seed`` (0), ``split`` (test | val | train)."""
+    """``task.dataset=synthetic_vqa``: options ``n`` (128), ``seed`` (0), ``split`` (test | val | train), ``questions``
+    (colour,side)."""
     n = int(options["n"]) if limit is None else min(int(options["n"]), int(limit))
-    return collect_vqa(make_synthetic_vqa(n, int(options["seed"]), str(options["split"])), None,
-                       what="synthetic_vqa", source="synthetic")
+    return collect_vqa(make_synthetic_vqa(n, int(options["seed"]), str(options["split"]), str(options["questions"])),
+                       None, what="synthetic_vqa", source="synthetic")

@@ -239,15 +239,14 @@ class VisionLanguageTwin(DecoderTwin):
         name = type(self.model).__name__
         takes = ("input_ids", "attention_mask", "pixel_values", *vlm.inputs)
         found = model_inputs(input_ids, attention_mask, takes=takes, model=name)
-        ids = found["input_ids"]
-        ids = torch.as_tensor(ids) if not isinstance(ids, torch.Tensor) else ids
-        image_mask = (ids == self.image_token_id) if ids.dim() else ids
-        lookup = ids.masked_fill(image_mask, 0) if isinstance(image_mask, torch.Tensor) else ids
-        lookup = token_batch(lookup, vocab_size=self.embed_tokens.num_embeddings,
-                             max_positions=getattr(self.config, "max_position_embeddings", None), device=self.device)
-        ids = token_batch(ids, vocab_size=max(self.embed_tokens.num_embeddings, self.image_token_id + 1),
-                          max_positions=None, device=self.device)
+        vocab = self.embed_tokens.num_embeddings
+        # the image token may lie outside the embedding table (Gemma 3's): its embedding is replaced anyway
+        ids = token_batch(found["input_ids"], vocab_size=max(vocab, self.image_token_id + 1),
+                          max_positions=getattr(self.config, "max_position_embeddings", None), device=self.device)
         image_mask = ids == self.image_token_id
+        if bool(((ids >= vocab) & ~image_mask).any()):
+            raise BadInputError(f"token id out of range for a vocabulary of {vocab}",
+                                "use the processor that belongs to this model")
         mask = attention_mask_of(found["attention_mask"], ids)
         inputs = VlmInputs(ids, mask, self.last_index(ids, mask), image_mask)
         pixel_values = found["pixel_values"]
@@ -381,11 +380,11 @@ class VisionLanguageTwin(DecoderTwin):
         per_sink_relu = elements.clamp(min=0).sum(3)
         shared_relu = elements.sum(1).clamp(min=0).sum(2)                          # [n, 2, Np]
         # the flat (b * T + t) position of each patch's language-model token
-        where = torch.nonzero(inputs.image_mask.reshape(-1)).reshape(-1)
+        where = torch.nonzero(inputs.image_mask.reshape(-1)).reshape(-1)  # image tokens, image after image
         offsets = torch.tensor([0] + layout.tokens_per_image[:-1], device=device).cumsum(0)
         patch_token = layout.patch_token.to(device)
-        flat = torch.where(patch_token >= 0, where[(offsets[:, None] + patch_token.clamp(min=0)).clamp(
-            max=where.numel() - 1)], torch.full_like(patch_token, -1))
+        flat = torch.where(patch_token >= 0, where[offsets[:, None] + patch_token.clamp(min=0)],
+                           torch.full_like(patch_token, -1))
 
         def to_tokens(x: torch.Tensor) -> torch.Tensor:
             """``[n, ..., Np]`` -> ``[B, ..., T]``: each patch's value added to its token."""

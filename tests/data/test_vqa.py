@@ -17,36 +17,41 @@ from palrp_bench.errors import BadInputError, MissingDataError
 
 
 def test_synthetic_questions_are_deterministic_and_grounded():
-    samples = make_synthetic_vqa(40, seed=3, split="val")
-    assert [s.sample_id for s in make_synthetic_vqa(10, seed=3, split="val")] == [s.sample_id for s in samples[:10]]
-    assert torch.equal(make_synthetic_vqa(5, seed=3, split="val")[4].image, samples[4].image)
+    samples = make_synthetic_vqa(40, seed=3, split="val", questions="colour,side,shape")
+    again = make_synthetic_vqa(10, seed=3, split="val", questions="colour,side,shape")
+    assert [s.sample_id for s in again] == [s.sample_id for s in samples[:10]]
+    assert torch.equal(again[4].image, samples[4].image)
     assert not torch.equal(make_synthetic_vqa(1, seed=3, split="test")[0].image, samples[0].image)
-    kinds = {s.meta["question_kind"] for s in samples}
-    assert kinds == {"colour", "side"}
+    assert {s.meta["question_kind"] for s in samples} == {"colour", "side", "shape"}
+    assert {s.meta["question_kind"] for s in make_synthetic_vqa(20)} == {"colour", "side"}  # the default kinds
     for s in samples:
         objects = s.meta["objects"]
-        assert 2 <= len(objects) <= 3 and len({o["shape"] for o in objects}) == len(objects)
-        assert len({o["colour"] for o in objects}) == len(objects)
-        asked = next(o for o in objects if o["shape"] == s.meta["shape"])
-        assert s.meta["shape"] in s.question and s.answer != s.foil
-        if s.meta["question_kind"] == "colour":
-            assert s.answer == asked["colour"] and s.foil in {o["colour"] for o in objects} - {s.answer}
+        assert [o["side"] for o in objects] == ["left", "right"]
+        assert objects[0]["shape"] != objects[1]["shape"] and objects[0]["colour"] != objects[1]["colour"]
+        asked, other = objects[s.meta["asked"]], objects[1 - s.meta["asked"]]
+        kind = s.meta["question_kind"]
+        assert {"colour": asked["side"], "side": asked["colour"], "shape": asked["shape"]}[kind] in s.question
+        if kind == "side":
+            assert (s.answer, s.foil) == (asked["side"], other["side"])
         else:
-            assert s.answer == SYNTHETIC_SIDES[int(asked["center"][1] > 32)] and s.foil in SYNTHETIC_SIDES
+            assert (s.answer, s.foil) == (asked["colour"], other["colour"])
+        cols = torch.nonzero(s.mask)[:, 1]
+        assert (cols < 32).all() if asked["side"] == "left" else (cols >= 32).all()  # wholly in its half
         x0, y0, x1, y1 = s.box
         rows, cols = torch.nonzero(s.mask, as_tuple=True)
         assert (x0, y0, x1, y1) == (cols.min(), rows.min(), cols.max() + 1, rows.max() + 1)
-        assert torch.equal(box_mask(s.box, (64, 64)) & s.mask, s.mask)  # the box holds the object
         assert s.mask.sum() > 60
         for word in s.question.split() + [s.answer, s.foil]:
             assert word in VQA_VOCAB
+    with pytest.raises(BadInputError, match="question kinds"):
+        make_synthetic_vqa(2, questions="colour,size")
 
 
 def test_the_asked_object_is_saturated_in_its_colour():
     """Red, green and blue objects peak in their own channel (yellow: red and green above blue)."""
     for s in make_synthetic_vqa(20, seed=1):
         r, g, b = s.image[:, s.mask].mean(1).tolist()
-        colour = next(o["colour"] for o in s.meta["objects"] if o["shape"] == s.meta["shape"])
+        colour = s.meta["objects"][s.meta["asked"]]["colour"]
         assert max(r, g, b) - min(r, g, b) > 0.3  # saturated, not the grey clutter
         assert {"red": r > max(g, b), "green": g > max(r, b), "blue": b > max(r, g),
                 "yellow": min(r, g) > b}[colour]
