@@ -18,11 +18,12 @@ The evidence is the asked object's mask (its box in ``box``). Samples are determ
 split)`` is drawn from its own generator seeded with ``(seed, 10 + split, i)`` (the vision suite's streams are
 ``(seed, split, i)``), so it does not depend on ``n``; its ``sample_id`` is ``synthetic-vqa-{split}-s{seed}-{i:05d}``.
 
-The tiny model (:func:`load_tiny_vlm`): a ``Qwen2VLForConditionalGeneration`` (M-RoPE language model, 2-D RoPE
-vision tower; :data:`TINY_VLM_ARCH`) with a word-level tokenizer over :data:`VQA_VOCAB` and Qwen2-VL's image processor
-at the suite's size, trained by ``scripts/train_tiny_vlm.py`` (:mod:`palrp_bench.finetune.tiny_vlm`); its chat
-template renders ``<|vision_start|><|image_pad|><|vision_end|> what colour is the object on the left ? answer :`` and
-the model answers with the next word.
+The tiny model (:func:`load_tiny_vlm`): a ``LlavaForConditionalGeneration`` (a CLIP tower with a learned position
+table on 8-pixel patches, 64 image tokens, a LLaMA language model with RoPE; :data:`TINY_VLM_ARCH`) with a word-level
+tokenizer over :data:`VQA_VOCAB` and CLIP's image processor at the suite's size, trained by
+``scripts/train_tiny_vlm.py`` (:mod:`palrp_bench.finetune.tiny_vlm`). Its chat template puts the question first,
+``what colour is the object on the left ? <image> answer :`` (the image tokens read the question), and the model
+answers with the next word.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from .synthetic_vision import (SYNTHETIC_COLOUR_HUES, SYNTHETIC_COLOURS, SYNTHET
 from .vqa import VqaSample, collect_vqa
 
 __all__ = ["VQA_QUESTIONS", "VQA_VOCAB", "VQA_IMAGE_SIZE", "make_synthetic_vqa", "build_vqa_tokenizer",
-           "build_tiny_vlm_processor", "TINY_VLM_ARCH", "tiny_vlm_config", "tiny_vlm_dir", "load_tiny_vlm",
+           "build_tiny_vlm_processor", "TINY_VLM_ARCH", "IMAGE_TOKEN", "tiny_vlm_config", "tiny_vlm_dir", "load_tiny_vlm",
            "load_tiny_vlm_report", "VQA_CHAT_TEMPLATE", "check_questions"]
 
 VQA_IMAGE_SIZE = 64
@@ -59,25 +60,26 @@ ASSET_DIR = Path(__file__).resolve().parent.parent / "assets" / "vision"
 TINY_VLM_NAME = "tiny_vlm"
 REPORT_NAME = "training_report.json"
 
-#: the tokenizer's special tokens (ids 0..) and Qwen2-VL's image markers
+#: the tokenizer's special tokens (ids 0..) and LLaVA's image token
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
-IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
+IMAGE_TOKEN = "<image>"
 VQA_WORDS = ("what", "colour", "is", "the", "which", "side", "on", "object", "answer", "?", ":")
 #: token -> id of the tiny model's tokenizer
-VQA_VOCAB: dict[str, int] = {t: i for i, t in enumerate((*SPECIAL_TOKENS, *IMAGE_TOKENS, *VQA_WORDS,
-                                                          *SYNTHETIC_SHAPES, *SYNTHETIC_COLOURS, *SYNTHETIC_SIDES))}
-VQA_CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}"
-                     "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-                     "{% else %} {{ part['text'] }}{% endif %}{% endfor %}{% endfor %}"
-                     "{% if add_generation_prompt %} answer :{% endif %}")
+VQA_VOCAB: dict[str, int] = {t: i for i, t in enumerate((*SPECIAL_TOKENS, IMAGE_TOKEN, *VQA_WORDS, *SYNTHETIC_SHAPES,
+                                                          *SYNTHETIC_COLOURS, *SYNTHETIC_SIDES))}
+#: the tiny model's prompt: the question, then the image, then "answer :" (the image tokens read the question)
+VQA_CHAT_TEMPLATE = ("{% for message in messages %}{% for part in message['content'] %}{% if part['type'] != 'image' %}"
+                     "{{ part['text'] }} {% endif %}{% endfor %}{% for part in message['content'] %}"
+                     "{% if part['type'] == 'image' %}<image> {% endif %}{% endfor %}{% endfor %}"
+                     "{% if add_generation_prompt %}answer :{% endif %}")
 
-#: the tiny model's architecture (Qwen2-VL): language model and vision tower
+#: the tiny model's architecture (LLaVA): a CLIP tower on 8-pixel patches (8 x 8 = 64 image tokens), read at its last
+#: layer, and a LLaMA language model
 TINY_VLM_ARCH = {
-    "text": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=256,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}),
-    "vision": dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, patch_size=4, temporal_patch_size=2,
-                   spatial_merge_size=2, in_channels=3),
+    "text": dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    "vision": dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=2, image_size=VQA_IMAGE_SIZE, patch_size=8),
     "image_mean": (0.5, 0.5, 0.5), "image_std": (0.25, 0.25, 0.25),
 }
 
@@ -150,45 +152,42 @@ def make_synthetic_vqa(n: int, seed: int = 0, split: str = "test", questions: st
 
 # ------------------------------------------------------------------------------------------------ the tiny model
 def build_vqa_tokenizer():
-    """The tiny model's word-level fast tokenizer over :data:`VQA_VOCAB` (BOS first, Qwen2-VL's image markers as
-    special tokens, the chat template :data:`VQA_CHAT_TEMPLATE`)."""
+    """The tiny model's word-level fast tokenizer over :data:`VQA_VOCAB` (BOS first, ``<image>`` a special token, the
+    chat template :data:`VQA_CHAT_TEMPLATE`)."""
     from .synthetic_text import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(VQA_VOCAB)
-    tokenizer.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)})
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
     tokenizer.chat_template = VQA_CHAT_TEMPLATE
     return tokenizer
 
 
 def build_tiny_vlm_processor(tokenizer=None):
-    """Qwen2-VL's processor for the tiny model: its image processor at the suite's size (:data:`TINY_VLM_ARCH`: 4-pixel
-    patches, 2 x 2 merged; images kept at 64 x 64) and the tiny tokenizer."""
-    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+    """LLaVA's processor for the tiny model: CLIP's image processor at the suite's size (images kept at 64 x 64,
+    normalised with :data:`TINY_VLM_ARCH`'s mean and std) and the tiny tokenizer; ``<image>`` becomes one token per
+    patch."""
+    from transformers import CLIPImageProcessor, LlavaProcessor
 
-    vision = TINY_VLM_ARCH["vision"]
-    pixels = VQA_IMAGE_SIZE * VQA_IMAGE_SIZE
-    image_processor = Qwen2VLImageProcessor(patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
-                                            temporal_patch_size=vision["temporal_patch_size"],
-                                            size={"shortest_edge": pixels, "longest_edge": pixels},
-                                            image_mean=list(TINY_VLM_ARCH["image_mean"]),
-                                            image_std=list(TINY_VLM_ARCH["image_std"]))
-    tokenizer = tokenizer or build_vqa_tokenizer()
-    return Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(),
-                            chat_template=VQA_CHAT_TEMPLATE)
+    side = VQA_IMAGE_SIZE
+    image_processor = CLIPImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side},
+                                         image_mean=list(TINY_VLM_ARCH["image_mean"]),
+                                         image_std=list(TINY_VLM_ARCH["image_std"]))
+    return LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer or build_vqa_tokenizer(),
+                          patch_size=TINY_VLM_ARCH["vision"]["patch_size"], vision_feature_select_strategy="default",
+                          num_additional_image_tokens=1, chat_template=VQA_CHAT_TEMPLATE)
 
 
 def tiny_vlm_config():
-    """The tiny model's ``Qwen2VLConfig`` (:data:`TINY_VLM_ARCH`, the vocabulary and image token ids of
+    """The tiny model's ``LlavaConfig`` (:data:`TINY_VLM_ARCH`, the vocabulary and image token id of
     :data:`VQA_VOCAB`)."""
-    from transformers import Qwen2VLConfig
+    from transformers import LlavaConfig
 
     text = dict(TINY_VLM_ARCH["text"], vocab_size=len(VQA_VOCAB), bos_token_id=VQA_VOCAB["<s>"],
                 eos_token_id=VQA_VOCAB["</s>"], pad_token_id=VQA_VOCAB["<pad>"])
-    vision = dict(TINY_VLM_ARCH["vision"], hidden_size=text["hidden_size"])
-    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=VQA_VOCAB["<|image_pad|>"],
-                         video_token_id=VQA_VOCAB["<|video_pad|>"],
-                         vision_start_token_id=VQA_VOCAB["<|vision_start|>"],
-                         vision_end_token_id=VQA_VOCAB["<|vision_end|>"], tie_word_embeddings=False)
+    return LlavaConfig(text_config=text, vision_config=dict(TINY_VLM_ARCH["vision"]),
+                       image_token_id=VQA_VOCAB[IMAGE_TOKEN], vision_feature_layer=-1,
+                       vision_feature_select_strategy="default", projector_hidden_act="gelu",
+                       tie_word_embeddings=False)
 
 
 def tiny_vlm_dir(asset_dir: str | Path | None = None) -> Path:
@@ -199,13 +198,13 @@ def tiny_vlm_dir(asset_dir: str | Path | None = None) -> Path:
 def load_tiny_vlm(asset_dir: str | Path | None = None):
     """``(model, processor)``: the shipped tiny vision-language model (eval mode, CPU, float32) and its processor,
     offline."""
-    from transformers import Qwen2VLForConditionalGeneration
+    from transformers import LlavaForConditionalGeneration
 
     folder = tiny_vlm_dir(asset_dir)
     if not (folder / "model.safetensors").is_file():
         raise MissingDataError(f"tiny vision-language model asset {folder} is missing",
                                "run `python scripts/train_tiny_vlm.py` to (re)create it")
-    model = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), local_files_only=True).eval()
+    model = LlavaForConditionalGeneration.from_pretrained(str(folder), local_files_only=True).eval()
     return model, build_tiny_vlm_processor()
 
 
@@ -217,8 +216,8 @@ def load_tiny_vlm_report(asset_dir: str | Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
-#: mean text tokens of a sample through the tiny model's processor (BOS, the two image markers, the question,
-#: "answer :"; the image's own tokens are the model's: ``Architecture.image_tokens``), counted over 2000 samples
+#: mean text tokens of a sample through the tiny model's processor (BOS, the question, "answer :"; the image's own
+#: tokens are the model's: ``Architecture.image_tokens``), counted over 2000 samples
 MEAN_TOKENS = 11.3
 
 

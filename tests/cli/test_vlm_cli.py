@@ -56,3 +56,16 @@ def test_mode_plan_prices_the_vision_language_configs(tmp_path, monkeypatch):
         row = re.search(rf"^{name}\s+refcoco\s+pa_lrp\s+\S+\s+0\s+\d+\s+([\d.]+) (min|h)\s+([\d.]+) GB$", out, re.M)
         assert row, (name, out)
         assert float(row[1]) > 0 and (float(row[3]) < 85.0) == fits, (name, row[0])
+
+
+def test_the_embedded_model_runs_offline(tmp_path):
+    """``model=tiny_vlm task=synthetic_vqa``: the shipped model answers, the correctness filter keeps its right
+    answers, and the heatmaps of its explanations point at the asked object far more often than chance."""
+    cfg = compose_cfg(tmp_path / "run", "model=tiny_vlm", "task=synthetic_vqa", "task.options.n=24",
+                      "runner.devices=[cpu]", "runner.quiet=true", "method=pa_lrp")
+    with open(tmp_path / "stdout.txt", "w") as out:
+        run(cfg, out=out)
+    df = read_results(tmp_path / "run")
+    kept = df[(df.metric == "pg") & (df.variant == "default")]
+    assert len(kept) >= 20 and kept.value.mean() > 0.5  # the asked object covers 5.7% of the image tokens
+    assert df[df.metric == "correct"].value.eq(1).all()

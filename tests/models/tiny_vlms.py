@@ -181,9 +181,9 @@ def library_logits(model, inputs: dict) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------- checkpoints with processors
-#: each family's image markers in the tokenizer and how its chat template writes an image
-MARKERS = {"qwen2_vl": None, "qwen2_5_vl": None, "llava": ("<image>",),
-           "gemma3": ("<start_of_image>", "<image_soft_token>", "<end_of_image>")}
+#: the image markers of Qwen2-VL's and Gemma 3's tokenizers (LLaVA's is the tiny tokenizer's <image>)
+QWEN_MARKERS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
+MARKERS = {"gemma3": ("<start_of_image>", "<image_soft_token>", "<end_of_image>")}
 
 
 def _template(image_text: str) -> str:
@@ -194,18 +194,25 @@ def _template(image_text: str) -> str:
 
 def processor_for(family: str):
     """A processor of the family's own class over the tiny VQA tokenizer (palrp_bench.data.synthetic_vqa, plus the
-    family's image markers), its image processor at the tiny model's size, and a chat template in the tiny model's
-    format; the tokenizer's ids are the model's (:func:`save_checkpoint`)."""
-    from palrp_bench.data.synthetic_vqa import build_tiny_vlm_processor, build_vqa_tokenizer
+    family's image markers), its image processor at the tiny model's size (the 64-pixel synthetic images: Qwen keeps
+    them, LLaVA and Gemma 3 resize them to 16), and a chat template writing the image, the question and ``answer :``;
+    the tokenizer's ids are the model's (:func:`save_checkpoint`)."""
+    from palrp_bench.data.synthetic_vqa import VQA_IMAGE_SIZE, build_vqa_tokenizer
 
-    tokenizer = build_vqa_tokenizer()
-    if family.startswith("qwen"):
-        return build_tiny_vlm_processor(tokenizer)
+    tokenizer = build_vqa_tokenizer()  # holds <image>, LLaVA's marker
     spec = FAMILIES[family]
     vision = spec["vision"]
+    if family.startswith("qwen"):
+        tokenizer.add_special_tokens({"additional_special_tokens": list(QWEN_MARKERS)})
+        pixels = VQA_IMAGE_SIZE * VQA_IMAGE_SIZE  # the 64-pixel images kept at their size
+        images = transformers.Qwen2VLImageProcessor(patch_size=spec["patch"], merge_size=spec["merge"],
+                                                    temporal_patch_size=vision["temporal_patch_size"],
+                                                    size={"shortest_edge": pixels, "longest_edge": pixels})
+        return transformers.Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer,
+                                             video_processor=transformers.Qwen2VLVideoProcessor(),
+                                             chat_template=_template("".join(QWEN_MARKERS[:3])))
     size = vision["image_size"]
     if family == "llava":
-        tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
         images = transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
         return transformers.LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=vision["patch_size"],
                                            vision_feature_select_strategy="default", num_additional_image_tokens=1,
@@ -227,9 +234,8 @@ def checkpoint_ids(family: str, tokenizer) -> dict:
     ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id,
            "eos_token_id": tokenizer.eos_token_id}
     if family.startswith("qwen"):
-        extra = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
-            ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-            ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+        extra = {name: tokenizer.convert_tokens_to_ids(token) for name, token in zip(
+            ("vision_start_token_id", "image_token_id", "vision_end_token_id", "video_token_id"), QWEN_MARKERS)}
     elif family == "llava":
         extra = {"image_token_id": tokenizer.convert_tokens_to_ids("<image>")}
     else:
