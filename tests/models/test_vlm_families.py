@@ -363,3 +363,20 @@ def test_gemma3_image_blocks_are_exercised():
     assert (twin_logits(model, causal).all_logits - ref_causal)[keep].abs().max() < F32_TOL
     model.config.text_config.sliding_window = 64  # no window: the window's bound on the image blocks mattered
     assert (library_logits(model, inputs) - ref)[keep].abs().max() > 1e-3
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("family", ALL)
+def test_a_model_on_the_gpu_takes_the_processors_cpu_tensors(family):
+    """The way users run them: the model on a GPU, the processor's output on the CPU (every test above is the CPU
+    twin of this path). The relevance stays on the GPU; the explained logit is the library's (float32 on the GPU:
+    TF32 and kernel choices move it by float32 rounding)."""
+    model = make_vlm(family).cuda()
+    inputs = inputs_of(family, 2)
+    e = explain(model, inputs, method="pa_lrp")
+    assert e.scores.device.type == "cuda" and e.extras["image_scores"].device.type == "cuda"
+    assert torch.isfinite(e.scores).all() and e.positional.abs().sum() > 0
+    ref = library_logits(model, {k: v.cuda() for k, v in inputs.items()})
+    last = inputs["attention_mask"].sum(1).cuda() - 1
+    at = ref[torch.arange(2, device="cuda"), last].gather(1, e.target[:, None])[:, 0]
+    assert (e.logit - at).abs().max() < 1e-3 * max(1.0, float(at.abs().max()))
