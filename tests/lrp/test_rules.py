@@ -104,6 +104,7 @@ def test_layer_norm_identity_rule_matches_epsilon_rule_on_the_centering_map():
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
 @pytest.mark.parametrize("gqa", [1, 2])
 def test_attention_matches_attnlrp_reference(implementation, gqa):
+    torch.manual_seed(0)  # unseeded draws were ill-conditioned for the tolerance about once in 300
     B, H, T, d = 2, 4, 5, 3
     q = torch.randn(B, H, T, d, dtype=D)
     k = torch.randn(B, H // gqa, T, d, dtype=D)
