@@ -36,14 +36,20 @@ CUDA_AUTO_START = 64
 _REMEMBERED: dict[str, int] = {}
 
 
-def check_batch_size(value, name: str = "runner.batch_size") -> int | str:
-    """A positive int, or ``"auto"``; anything else is a one-line :class:`BadInputError`."""
+def int_or_auto(value, name: str, minimum: int, what: str, fix: str) -> int | str:
+    """``value`` as an int of at least ``minimum``, or ``"auto"``; anything else is a one-line
+    :class:`BadInputError` saying it must be ``what`` (e.g. "a positive integer"), with ``fix``."""
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInputError(f"{name} must be a positive integer or 'auto', got {value!r}",
-                            f"set {name}=8 (or another positive integer) or {name}=auto")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BadInputError(f"{name} must be {what} or 'auto', got {value!r}", fix)
     return int(value)
+
+
+def check_batch_size(value, name: str = "runner.batch_size") -> int | str:
+    """A positive int, or ``"auto"``; anything else is a one-line :class:`BadInputError`."""
+    return int_or_auto(value, name, 1, "a positive integer",
+                       f"set {name}=8 (or another positive integer) or {name}=auto")
 
 
 def length_sorted(samples: list, adapter) -> list:

@@ -41,8 +41,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
 
 from ..data.base import load_positions, needs_loading
-from ..errors import BadInputError, PalrpError
-from .batching import AUTO
+from ..errors import PalrpError
+from .batching import AUTO, int_or_auto
 
 #: most worker processes ``runner.loader_workers=auto`` starts
 MAX_AUTO_WORKERS = 8
@@ -56,12 +56,8 @@ _NUMBERS = itertools.count()
 
 def check_loader_workers(value, name: str = "runner.loader_workers") -> int | str:
     """A non-negative int, or ``"auto"``; anything else is a one-line :class:`BadInputError`."""
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadInputError(f"{name} must be a non-negative integer or 'auto', got {value!r}",
-                            f"set {name}=auto (chosen from the cores), 0 (load in the job's process) or e.g. 2")
-    return int(value)
+    return int_or_auto(value, name, 0, "a non-negative integer",
+                       f"set {name}=auto (chosen from the cores), 0 (load in the job's process) or e.g. 2")
 
 
 def _cores() -> int:
